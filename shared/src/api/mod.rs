@@ -1,0 +1,22 @@
+//! The API (DESIGN §2): `NodeWright` and `DeploymentPolicy`, group `nodewright.nvidia.com/v1alpha1`,
+//! both cluster-scoped. The CRDs in `crds/` are generated from these types (see [`crate::crd`]), so
+//! every doc comment here is what users read in `kubectl explain`.
+
+mod nodewright;
+mod package;
+mod policy;
+mod status;
+
+pub use nodewright::{
+    DEFAULT_PRIORITY, DeploymentPolicyOptions, InterruptionBudget, NodeWright, NodeWrightSpec,
+    Sequencing,
+};
+pub use package::{
+    GO_DURATION_PATTERN, Interrupt, InterruptType, PACKAGE_NAME_PATTERN, Package, PackageResources,
+    Uninstall,
+};
+pub use policy::{
+    BatchParameters, Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy,
+    DeploymentPolicySpec, DeploymentStrategy, ExponentialStrategy, LinearStrategy, PolicyDefault,
+};
+pub use status::{BatchState, CompartmentStatus, NodeWrightStatus, Status};

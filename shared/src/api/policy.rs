@@ -1,0 +1,159 @@
+//! The `DeploymentPolicy` resource: how fast a change may roll across groups of nodes.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The compartment for nodes that match no named compartment; reserved.
+pub const DEFAULT_COMPARTMENT: &str = "__default__";
+
+/// Rollout rules shared by NodeWrights that name this policy in `spec.deploymentPolicy`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "nodewright.nvidia.com",
+    version = "v1alpha1",
+    kind = "DeploymentPolicy",
+    plural = "deploymentpolicies",
+    singular = "deploymentpolicy",
+    shortname = "nwdp",
+    category = "nodewright",
+    doc = "Rollout rules (budgets and batch strategies per group of nodes) that NodeWrights reference by name."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentPolicySpec {
+    /// Budget and strategy for nodes that match no compartment (the `__default__` compartment).
+    pub default: PolicyDefault,
+
+    /// Named groups of nodes, each with its own budget and strategy. A node matching several is put in
+    /// the safest one (fixed before linear before exponential, then the smallest, then by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["name"],
+        "x-kubernetes-validations" = [{
+            "rule": "self.all(c, c.name != '__default__')",
+            "message": "compartment name \"__default__\" is reserved for nodes that match no compartment"
+        }]
+    ))]
+    pub compartments: Vec<Compartment>,
+
+    /// Reset every compartment's batch state when a NodeWright using this policy completes or a
+    /// package version changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = true))]
+    pub reset_batch_state_on_completion: Option<bool>,
+}
+
+/// Budget and strategy of the default compartment.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyDefault {
+    /// Most nodes in progress at once.
+    pub budget: DeploymentBudget,
+    /// How batch sizes evolve.
+    pub strategy: DeploymentStrategy,
+}
+
+/// A named group of nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Compartment {
+    /// Unique name (status key). `__default__` is reserved.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The nodes in this compartment.
+    #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+    pub selector: LabelSelector,
+    /// Most nodes in progress at once in this compartment.
+    pub budget: DeploymentBudget,
+    /// How batch sizes evolve. Unset: every batch is as large as the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<DeploymentStrategy>,
+}
+
+/// Ceiling of nodes in progress at once: exactly one of percent or count.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.percent) != has(self.count)",
+    "message": "budget: set exactly one of percent or count"
+}]))]
+pub struct DeploymentBudget {
+    /// Share of the compartment's nodes, 1–100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub percent: Option<i32>,
+    /// Number of nodes, at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub count: Option<i32>,
+}
+
+/// Batch strategy: exactly one of fixed, linear or exponential.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.fixed) ? 1 : 0) + (has(self.linear) ? 1 : 0) + (has(self.exponential) ? 1 : 0) == 1",
+    "message": "strategy: set exactly one of fixed, linear or exponential"
+}]))]
+pub struct DeploymentStrategy {
+    /// Every batch has initialBatch nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<BatchParameters>,
+    /// Batches grow by delta after a successful batch and shrink by it after a failed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear: Option<LinearStrategy>,
+    /// Batches multiply by growthFactor after a successful batch and divide after a failed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exponential: Option<ExponentialStrategy>,
+}
+
+/// Parameters every strategy has.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchParameters {
+    /// Size of the first batch (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub initial_batch: Option<i32>,
+    /// Percent of a batch's nodes that must succeed for the batch to pass, 1–100 (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub batch_threshold: Option<i32>,
+    /// Consecutive failed batches that stop the rollout while below safetyLimit (default: never stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub failure_threshold: Option<i32>,
+    /// Progress percent below which failures shrink batches and count toward failureThreshold, 1–100
+    /// (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub safety_limit: Option<i32>,
+}
+
+/// Linear strategy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LinearStrategy {
+    /// Common parameters.
+    #[serde(flatten)]
+    pub batch: BatchParameters,
+    /// Nodes added to (or removed from) the batch size each time (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub delta: Option<i32>,
+}
+
+/// Exponential strategy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExponentialStrategy {
+    /// Common parameters.
+    #[serde(flatten)]
+    pub batch: BatchParameters,
+    /// Factor the batch size is multiplied (or divided) by each time, at least 2 (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 2))]
+    pub growth_factor: Option<i32>,
+}

@@ -1,0 +1,89 @@
+//! Every label, annotation, finalizer, condition and taint key the product owns (DESIGN §2).
+//!
+//! They all live under one prefix so users can find (and tools can strip) everything NodeWright wrote.
+//! Keys derived from a NodeWright name (`nodeState_<name>` and friends) must stay valid label and
+//! annotation names, which is why [`MAX_NODEWRIGHT_NAME_LEN`] exists.
+
+/// The API group, also the prefix of every key.
+pub const GROUP: &str = "nodewright.nvidia.com";
+/// The only API version.
+pub const VERSION: &str = "v1alpha1";
+/// Prefix of every label and annotation key, with the slash.
+pub const PREFIX: &str = "nodewright.nvidia.com/";
+
+/// Finalizer on every NodeWright.
+pub const FINALIZER: &str = "nodewright.nvidia.com/nodewright";
+/// User annotation on a NodeWright: `"true"` pauses it and every later-priority NodeWright on its nodes.
+pub const PAUSE_ANNOTATION: &str = "nodewright.nvidia.com/pause";
+/// User annotation on a NodeWright: `"true"` skips it; later NodeWrights proceed without it.
+pub const DISABLE_ANNOTATION: &str = "nodewright.nvidia.com/disable";
+/// Operator annotation: the operator version that last wrote an object.
+pub const VERSION_ANNOTATION: &str = "nodewright.nvidia.com/version";
+/// User label on a node: `"true"` makes every NodeWright skip the node (it shows as blocked).
+pub const IGNORE_LABEL: &str = "nodewright.nvidia.com/ignore";
+
+/// Job/Pod label: the NodeWright name.
+pub const NAME_LABEL: &str = "nodewright.nvidia.com/name";
+/// Job/Pod label: `<package>-<version>`.
+pub const PACKAGE_LABEL: &str = "nodewright.nvidia.com/package";
+/// Job/Pod label: the stage.
+pub const STAGE_LABEL: &str = "nodewright.nvidia.com/stage";
+/// Job/Pod label: the node the Job is pinned to.
+pub const NODE_LABEL: &str = "nodewright.nvidia.com/node";
+/// Interrupt Job/Pod label.
+pub const INTERRUPT_LABEL: &str = "nodewright.nvidia.com/interrupt";
+/// Job/Pod annotation: JSON describing the package and stage (upstream's pod annotation).
+pub const PACKAGE_ANNOTATION: &str = "nodewright.nvidia.com/package";
+/// Job annotation: the outcome of this finished Job is recorded in node state; only now may it be
+/// deleted (DESIGN §4.4).
+pub const STATE_RECORDED_ANNOTATION: &str = "nodewright.nvidia.com/state-recorded";
+/// Job annotation: tail of the stuck container's log, kept as evidence.
+pub const LAST_LOGS_ANNOTATION: &str = "nodewright.nvidia.com/last-logs";
+
+/// The longest NodeWright name: node keys are `nodewright.nvidia.com/<word>_<name>`, and the name
+/// part of a qualified key (`nodeState_<name>`, the longest word) must be at most 63 characters.
+pub const MAX_NODEWRIGHT_NAME_LEN: usize = 63 - "nodeState_".len();
+
+/// Node annotation holding the JSON node state of one NodeWright.
+pub fn node_state_key(nodewright: &str) -> String {
+    format!("{PREFIX}nodeState_{nodewright}")
+}
+
+/// Node annotation and label holding the node's status for one NodeWright.
+pub fn node_status_key(nodewright: &str) -> String {
+    format!("{PREFIX}status_{nodewright}")
+}
+
+/// Node annotation, `"true"` while this NodeWright holds a cordon on the node.
+pub fn cordon_key(nodewright: &str) -> String {
+    format!("{PREFIX}cordon_{nodewright}")
+}
+
+/// Node annotation: the operator version that last migrated the node for this NodeWright.
+pub fn node_version_key(nodewright: &str) -> String {
+    format!("{PREFIX}version_{nodewright}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_name_still_makes_valid_keys() {
+        assert_eq!(MAX_NODEWRIGHT_NAME_LEN, 53);
+        let name = "a".repeat(MAX_NODEWRIGHT_NAME_LEN);
+        for key in [
+            node_state_key(&name),
+            node_status_key(&name),
+            cordon_key(&name),
+            node_version_key(&name),
+        ] {
+            let (prefix, local) = key.split_once('/').unwrap_or_default();
+            assert_eq!(prefix, GROUP);
+            assert!(
+                local.len() <= 63,
+                "{key} has a name part over 63 characters"
+            );
+        }
+    }
+}

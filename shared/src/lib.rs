@@ -1,0 +1,17 @@
+//! What the NodeWright webhook and operator share, so they can never disagree:
+//!
+//! - [`api`]: the `NodeWright` and `DeploymentPolicy` types (the CRDs are generated from them, [`crd`]);
+//! - [`node_state`]: the per-node package state kept in node annotations;
+//! - [`defaults`]: the operator defaults read from the environment, and the defaulting functions both
+//!   the mutating webhook and the operator apply;
+//! - [`duration`] and [`deadline`]: Go duration syntax and the `stageTimeout` → `activeDeadlineSeconds`
+//!   arithmetic with its int32 clamp;
+//! - [`keys`]: every label, annotation and finalizer key the product owns.
+
+pub mod api;
+pub mod crd;
+pub mod deadline;
+pub mod defaults;
+pub mod duration;
+pub mod keys;
+pub mod node_state;
