@@ -12,6 +12,8 @@ use super::package::Package;
 use super::status::NodeWrightStatus;
 
 /// Desired state of a NodeWright: the packages and the nodes they go onto.
+// Each printcolumn(...) repeats the same keys, which clippy mistakes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[kube(
     group = "nodewright.nvidia.com",
