@@ -1,0 +1,498 @@
+//! Outcomes of stage attempts and Jobs (DESIGN §4.4).
+//!
+//! One predicate, [`is_genuine_failure`], decides whether an attempt failed because of the package (or
+//! its time bound) rather than because of the cluster. Every path uses it: the live Pod watch (mark a
+//! stage erroring), the terminal Job watch (timed out vs. rerun), the attempt count written as
+//! `restarts`, and which failed pods to keep as evidence. Getting it wrong in either direction is
+//! costly: counting a kubelet admission rejection as a failure marks healthy packages erroring, while
+//! missing a real failure makes a broken package rerun forever.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use nodewright_shared::keys;
+
+/// Pod condition set by the cluster on pods it is disrupting (preemption, eviction, graceful node
+/// shutdown, pod GC of a lost node).
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// Pod and Job reason for an exceeded `activeDeadlineSeconds`.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// Job failure reason when the retries are spent.
+pub const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
+/// The kubelet's placeholder for a container whose real status it lost (exit code 137).
+pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+const CONTAINER_STATUS_UNKNOWN_EXIT_CODE: i32 = 137;
+
+/// A finished (or stuck) Job's outcome, for the Job watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobOutcome {
+    /// Not finished: keep watching.
+    Running,
+    /// Complete: record `(stage, complete)` and move to the next stage.
+    Succeeded,
+    /// The stage timed out: its retries are spent on genuine failures, or the interrupt Job's deadline
+    /// passed. `(stage, erroring)` stays, the Job stays as evidence, nothing recreates the stage until
+    /// the package changes, a rerun/reset, a config update, or the failure TTL.
+    TimedOut,
+    /// Failed without any genuine failure (only admission rejections or disruptions): record it as
+    /// processed, delete the Job, run the stage again.
+    OnlyRejected,
+    /// The Job controller decided the Job fails (`FailureTarget`) but cannot finish it, typically
+    /// because its pods sit on an unreachable node. Past a bound, it surfaces as erroring.
+    Stuck,
+}
+
+/// The pod carries `DisruptionTarget=True`: the cluster, not the package, ended it.
+pub fn is_disrupted(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == DISRUPTION_TARGET && c.status == "True")
+        })
+}
+
+/// The one genuine-failure predicate (DESIGN §4.4). A disrupted pod never failed genuinely. Otherwise
+/// the pod failed genuinely when it is Failed with reason `DeadlineExceeded` (its own time bound), or
+/// when any init or regular container's current state is terminated with a non-zero exit code that
+/// is not the kubelet's `ContainerStatusUnknown`/137 placeholder. A Failed pod with no container
+/// statuses (kubelet admission rejection such as `OutOfcpu` or `NodeAffinity`) is not genuine.
+///
+/// Only the current state counts, not `lastState`: for an interrupt pod (`OnFailure`) a reboot leaves
+/// a killed container behind in `lastState`, which is the expected path, not a failure.
+pub fn is_genuine_failure(pod: &Pod) -> bool {
+    if is_disrupted(pod) {
+        return false;
+    }
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let deadline = status.phase.as_deref() == Some("Failed")
+        && status.reason.as_deref() == Some(DEADLINE_EXCEEDED);
+    deadline
+        || status
+            .init_container_statuses
+            .iter()
+            .chain(status.container_statuses.iter())
+            .flatten()
+            .any(terminated_with_failure)
+}
+
+fn terminated_with_failure(container: &ContainerStatus) -> bool {
+    container
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .is_some_and(|t| {
+            t.exit_code != 0
+                && !(t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN)
+                    && t.exit_code == CONTAINER_STATUS_UNKNOWN_EXIT_CODE)
+        })
+}
+
+/// Genuine failed attempts among a Job's pods: the `restarts` written with `(stage, erroring)`.
+/// Saturates at `i32::MAX` (the node-state field's type).
+pub fn attempts(pods: &[Pod]) -> i32 {
+    let count = pods.iter().filter(|p| is_genuine_failure(p)).count();
+    i32::try_from(count).unwrap_or(i32::MAX)
+}
+
+/// Names of the genuine failed pods to delete so only the first and the last remain as evidence (the
+/// first shows what went wrong originally, the last what it looks like now). Pods are ordered by
+/// creation time, then name; pods already being deleted are not listed again.
+pub fn evidence_to_prune(pods: &[Pod]) -> Vec<String> {
+    let mut failed: Vec<&Pod> = pods.iter().filter(|p| is_genuine_failure(p)).collect();
+    failed.sort_by(|a, b| {
+        (&a.metadata.creation_timestamp, &a.metadata.name)
+            .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+    });
+    if failed.len() <= 2 {
+        return Vec::new();
+    }
+    let middle = failed.get(1..failed.len() - 1).unwrap_or_default();
+    middle
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
+/// An interrupt Job (label `nodewright.nvidia.com/interrupt=True`).
+pub fn is_interrupt_job(job: &Job) -> bool {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::INTERRUPT_LABEL))
+        .is_some_and(|v| v == crate::jobs::pod::INTERRUPT_LABEL_VALUE)
+}
+
+/// Classifies a Job from its conditions and its (retained) pods:
+/// - `Complete=True` ⇒ [`JobOutcome::Succeeded`];
+/// - `Failed=True` with reason `BackoffLimitExceeded` and a genuine failure among the pods, or an
+///   interrupt Job's `DeadlineExceeded` ⇒ [`JobOutcome::TimedOut`];
+/// - `Failed=True` otherwise: with a genuine failure among the pods still [`JobOutcome::TimedOut`]
+///   (rerunning a stage that failed genuinely would loop), with none [`JobOutcome::OnlyRejected`];
+/// - `FailureTarget=True` without a terminal condition ⇒ [`JobOutcome::Stuck`];
+/// - anything else ⇒ [`JobOutcome::Running`] (including `SuccessCriteriaMet` while the Job waits for
+///   its pods to terminate).
+pub fn classify_job(job: &Job, pods: &[Pod]) -> JobOutcome {
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let active = |type_: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")
+    };
+    if active("Complete").is_some() {
+        return JobOutcome::Succeeded;
+    }
+    if let Some(failed) = active("Failed") {
+        let reason = failed.reason.as_deref();
+        if is_interrupt_job(job) && reason == Some(DEADLINE_EXCEEDED) {
+            return JobOutcome::TimedOut;
+        }
+        return if pods.iter().any(is_genuine_failure) {
+            JobOutcome::TimedOut
+        } else {
+            JobOutcome::OnlyRejected
+        };
+    }
+    if active("FailureTarget").is_some() {
+        return JobOutcome::Stuck;
+    }
+    JobOutcome::Running
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn pod(value: Value) -> Pod {
+        serde_json::from_value(value).expect("valid pod JSON")
+    }
+
+    fn job(value: Value) -> Job {
+        serde_json::from_value(value).expect("valid job JSON")
+    }
+
+    fn terminated(name: &str, exit_code: i32, reason: &str) -> Value {
+        json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+               "state": {"terminated": {"exitCode": exit_code, "reason": reason}}})
+    }
+
+    fn waiting(name: &str, reason: &str) -> Value {
+        json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+               "state": {"waiting": {"reason": reason}}})
+    }
+
+    fn failed_init(name: &str, exit_code: i32) -> Pod {
+        pod(json!({
+            "metadata": {"name": name},
+            "status": {"phase": "Failed", "initContainerStatuses": [
+                terminated("dax-init", 0, "Completed"),
+                terminated("dax-apply", exit_code, "Error"),
+            ]}
+        }))
+    }
+
+    #[test]
+    fn predicate_table() {
+        let cases: Vec<(&str, Pod, bool)> = vec![
+            ("exit 1 in an init container", failed_init("p", 1), true),
+            (
+                "exit 2 in a regular container",
+                pod(
+                    json!({"status": {"phase": "Failed", "containerStatuses": [terminated("pause", 2, "Error")]}}),
+                ),
+                true,
+            ),
+            (
+                "pod deadline exceeded",
+                pod(
+                    json!({"status": {"phase": "Failed", "reason": "DeadlineExceeded",
+                    "initContainerStatuses": [waiting("dax-init", "PodInitializing")]}}),
+                ),
+                true,
+            ),
+            (
+                "pod deadline exceeded, no statuses",
+                pod(json!({"status": {"phase": "Failed", "reason": "DeadlineExceeded"}})),
+                true,
+            ),
+            (
+                "ContainerStatusUnknown placeholder",
+                pod(
+                    json!({"status": {"phase": "Failed", "initContainerStatuses": [
+                    terminated("dax-apply", 137, "ContainerStatusUnknown")]}}),
+                ),
+                false,
+            ),
+            (
+                "137 for another reason is genuine (OOMKilled)",
+                pod(
+                    json!({"status": {"phase": "Failed", "initContainerStatuses": [
+                    terminated("dax-apply", 137, "OOMKilled")]}}),
+                ),
+                true,
+            ),
+            (
+                "admission rejection, no statuses (OutOfcpu)",
+                pod(json!({"status": {"phase": "Failed", "reason": "OutOfcpu"}})),
+                false,
+            ),
+            (
+                "admission rejection, no statuses (NodeAffinity)",
+                pod(
+                    json!({"status": {"phase": "Failed", "reason": "NodeAffinity", "containerStatuses": []}}),
+                ),
+                false,
+            ),
+            (
+                "disrupted, even with a non-zero exit",
+                pod(json!({"status": {"phase": "Failed",
+                    "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+                    "initContainerStatuses": [terminated("dax-apply", 137, "Error")]}})),
+                false,
+            ),
+            (
+                "disrupted and past its deadline",
+                pod(
+                    json!({"status": {"phase": "Failed", "reason": "DeadlineExceeded",
+                    "conditions": [{"type": "DisruptionTarget", "status": "True"}]}}),
+                ),
+                false,
+            ),
+            (
+                "DisruptionTarget=False does not protect",
+                pod(json!({"status": {"phase": "Failed",
+                    "conditions": [{"type": "DisruptionTarget", "status": "False"}],
+                    "initContainerStatuses": [terminated("dax-apply", 1, "Error")]}})),
+                true,
+            ),
+            (
+                "succeeded",
+                pod(
+                    json!({"status": {"phase": "Succeeded", "initContainerStatuses": [
+                    terminated("dax-init", 0, "Completed")], "containerStatuses": [terminated("pause", 0, "Completed")]}}),
+                ),
+                false,
+            ),
+            (
+                "running",
+                pod(
+                    json!({"status": {"phase": "Pending", "initContainerStatuses": [
+                    terminated("dax-init", 0, "Completed"), waiting("dax-apply", "PodInitializing")]}}),
+                ),
+                false,
+            ),
+            (
+                "only lastState failed (interrupt restarted in place)",
+                pod(
+                    json!({"status": {"phase": "Pending", "initContainerStatuses": [{
+                    "name": "interrupt", "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+                    "state": {"running": {}},
+                    "lastState": {"terminated": {"exitCode": 143, "reason": "Error"}}}]}}),
+                ),
+                false,
+            ),
+            ("no status at all", Pod::default(), false),
+        ];
+        for (what, pod, genuine) in cases {
+            assert_eq!(is_genuine_failure(&pod), genuine, "{what}");
+        }
+    }
+
+    #[test]
+    fn disruption_detection() {
+        assert!(is_disrupted(&pod(json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False"},
+            {"type": "DisruptionTarget", "status": "True"}]}}))));
+        assert!(!is_disrupted(&pod(json!({"status": {"conditions": [
+            {"type": "DisruptionTarget", "status": "False"}]}}))));
+        assert!(!is_disrupted(&Pod::default()));
+    }
+
+    fn job_with(conditions: Value, interrupt: bool) -> Job {
+        let labels = if interrupt {
+            json!({"nodewright.nvidia.com/interrupt": "True"})
+        } else {
+            json!({})
+        };
+        job(
+            json!({"metadata": {"name": "j", "labels": labels}, "status": {"conditions": conditions}}),
+        )
+    }
+
+    fn rejected() -> Pod {
+        pod(json!({"status": {"phase": "Failed", "reason": "OutOfcpu"}}))
+    }
+
+    #[test]
+    fn classification() {
+        let genuine = vec![failed_init("a", 1)];
+        let only_rejected = vec![rejected(), rejected()];
+        let cases: Vec<(&str, Job, &[Pod], JobOutcome)> = vec![
+            (
+                "complete",
+                job_with(json!([{"type": "Complete", "status": "True"}]), false),
+                &[],
+                JobOutcome::Succeeded,
+            ),
+            (
+                "complete after SuccessCriteriaMet",
+                job_with(
+                    json!([{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}]),
+                    false,
+                ),
+                &genuine,
+                JobOutcome::Succeeded,
+            ),
+            (
+                "backoff limit with a genuine failure",
+                job_with(
+                    json!([{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
+                           {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]),
+                    false,
+                ),
+                &genuine,
+                JobOutcome::TimedOut,
+            ),
+            (
+                "backoff limit with only rejections",
+                job_with(
+                    json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]),
+                    false,
+                ),
+                &only_rejected,
+                JobOutcome::OnlyRejected,
+            ),
+            (
+                "backoff limit, pods gone",
+                job_with(
+                    json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]),
+                    false,
+                ),
+                &[],
+                JobOutcome::OnlyRejected,
+            ),
+            (
+                "interrupt deadline",
+                job_with(
+                    json!([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]),
+                    true,
+                ),
+                &[],
+                JobOutcome::TimedOut,
+            ),
+            (
+                "package Job deadline (none is set) without a genuine failure",
+                job_with(
+                    json!([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]),
+                    false,
+                ),
+                &only_rejected,
+                JobOutcome::OnlyRejected,
+            ),
+            (
+                "failure target only",
+                job_with(
+                    json!([{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"}]),
+                    false,
+                ),
+                &genuine,
+                JobOutcome::Stuck,
+            ),
+            (
+                "failure target, interrupt",
+                job_with(
+                    json!([{"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded"}]),
+                    true,
+                ),
+                &[],
+                JobOutcome::Stuck,
+            ),
+            (
+                "success criteria met, pods terminating",
+                job_with(
+                    json!([{"type": "SuccessCriteriaMet", "status": "True"}]),
+                    false,
+                ),
+                &[],
+                JobOutcome::Running,
+            ),
+            (
+                "suspended",
+                job_with(json!([{"type": "Suspended", "status": "True"}]), false),
+                &[],
+                JobOutcome::Running,
+            ),
+            (
+                "Failed=False is not failed",
+                job_with(json!([{"type": "Failed", "status": "False"}]), false),
+                &genuine,
+                JobOutcome::Running,
+            ),
+            ("no status", Job::default(), &genuine, JobOutcome::Running),
+        ];
+        for (what, job, pods, outcome) in cases {
+            assert_eq!(classify_job(&job, pods), outcome, "{what}");
+        }
+    }
+
+    fn failed_at(name: &str, created: &str) -> Pod {
+        pod(json!({
+            "metadata": {"name": name, "creationTimestamp": created},
+            "status": {"phase": "Failed", "initContainerStatuses": [terminated("dax-apply", 1, "Error")]}
+        }))
+    }
+
+    #[test]
+    fn attempts_count_only_genuine_failures() {
+        let pods = vec![
+            failed_init("a", 1),
+            rejected(),
+            failed_init("b", 3),
+            pod(json!({"status": {"phase": "Failed",
+                "conditions": [{"type": "DisruptionTarget", "status": "True"}],
+                "initContainerStatuses": [terminated("dax-apply", 137, "Error")]}})),
+            pod(json!({"status": {"phase": "Running"}})),
+        ];
+        assert_eq!(attempts(&pods), 2);
+        assert_eq!(attempts(&[]), 0);
+    }
+
+    #[test]
+    fn evidence_keeps_the_first_and_the_last_genuine_failure() {
+        let mut pods = vec![
+            failed_at("p3", "2025-01-01T00:03:00Z"),
+            failed_at("p1", "2025-01-01T00:01:00Z"),
+            rejected(),
+            failed_at("p4", "2025-01-01T00:04:00Z"),
+            failed_at("p2", "2025-01-01T00:02:00Z"),
+        ];
+        assert_eq!(evidence_to_prune(&pods), ["p2", "p3"]);
+        // Two or fewer: nothing to prune.
+        assert!(evidence_to_prune(&pods[..2]).is_empty());
+        // A pod already being deleted is not listed again.
+        pods[0].metadata.deletion_timestamp = pods[1].metadata.creation_timestamp.clone();
+        assert_eq!(evidence_to_prune(&pods), ["p2"]);
+        // Same creation time: ordered by name.
+        let tied = vec![
+            failed_at("b", "2025-01-01T00:00:00Z"),
+            failed_at("c", "2025-01-01T00:00:00Z"),
+            failed_at("a", "2025-01-01T00:00:00Z"),
+        ];
+        assert_eq!(evidence_to_prune(&tied), ["b"]);
+    }
+
+    #[test]
+    fn interrupt_jobs_are_recognised_by_label() {
+        assert!(is_interrupt_job(&job_with(json!([]), true)));
+        assert!(!is_interrupt_job(&job_with(json!([]), false)));
+    }
+}
