@@ -103,8 +103,10 @@ pub struct NodeWrightSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption_budget: Option<InterruptionBudget>,
 
-    /// The packages, keyed by name. Dependencies between them form a graph that must have no cycles.
+    /// The packages, keyed by name (at most 100). Dependencies between them form a graph that must
+    /// have no cycles.
     #[serde(default)]
+    #[schemars(extend("maxProperties" = 100))]
     #[schemars(extend("x-kubernetes-validations" = [
         {
             "rule": "self.all(k, k.matches('^[a-z][-a-z0-9]{0,41}[a-z]$'))",

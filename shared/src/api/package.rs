@@ -58,6 +58,7 @@ pub struct Package {
     /// Packages of this NodeWright (name → exact version) that must be complete on a node before this
     /// package starts there. A package waits only for its own dependencies; cycles are rejected.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 100, "additionalProperties" = {"type": "string", "maxLength": 63}))]
     #[schemars(extend("x-kubernetes-validations" = [{
         "rule": "self.all(d, size(self[d]) > 0)",
         "message": "every dependsOn entry needs the exact version of the package it depends on"

@@ -31,6 +31,7 @@ pub struct DeploymentPolicySpec {
     #[schemars(extend(
         "x-kubernetes-list-type" = "map",
         "x-kubernetes-list-map-keys" = ["name"],
+        "maxItems" = 100,
         "x-kubernetes-validations" = [{
             "rule": "self.all(c, c.name != '__default__')",
             "message": "compartment name \"__default__\" is reserved for nodes that match no compartment"

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The NodeWright demo, end to end on a local control plane (no container engine needed):
+#   1. builds the control plane (cached) and the NodeWright binaries,
+#   2. starts etcd + kube-apiserver + kube-controller-manager + kwok with 5 fake nodes and the CRDs,
+#   3. starts the admission webhook on 127.0.0.1 with a fresh CA and registers it with the apiserver,
+#   4. applies the example DeploymentPolicy and NodeWright (defaults filled in at admission),
+#   5. shows bad manifests rejected with messages that name the field and the fix,
+#   6. stops everything, also on Ctrl-C or failure.
+#
+# Usage: tests/demo.sh [--keep]   (--keep: leave the cluster and webhook running until Enter)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo="$(pwd)"
+keep=false
+[[ "${1:-}" == "--keep" ]] && keep=true
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+
+name="nodewright-demo-$$"
+work="$(mktemp -d)"
+webhook_pid=""
+cleanup() {
+  set +e
+  [[ -n "${webhook_pid}" ]] && kill "${webhook_pid}" 2>/dev/null && wait "${webhook_pid}" 2>/dev/null
+  tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1
+  rm -rf "${work}"
+}
+trap cleanup EXIT INT TERM
+
+say "Building the local control plane (first run: several minutes) and NodeWright"
+bin_dir="$(tests/controlplane/build.sh | tail -n 1)"
+export PATH="${bin_dir}:${PATH}"
+cargo build --quiet --bin nodewright-webhook --bin nodewright-certs
+target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug"
+
+say "Starting a local control plane with 5 kwok nodes"
+eval "$(tests/controlplane/up.sh --name "${name}" --nodes 5)"
+run kubectl get nodes
+run kubectl get crd nodewrights.nodewright.nvidia.com deploymentpolicies.nodewright.nvidia.com
+
+say "Starting the admission webhook on 127.0.0.1 (TLS, certificate from a fresh demo CA)"
+"${target}/nodewright-certs" generate --dir "${work}/tls" --name 127.0.0.1 --name localhost
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+metrics_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+"${target}/nodewright-webhook" --listen "127.0.0.1:${port}" --metrics-listen "127.0.0.1:${metrics_port}" \
+  --tls-cert-file "${work}/tls/tls.crt" --tls-key-file "${work}/tls/tls.key" --log-format text \
+  >"${work}/webhook.log" 2>&1 &
+webhook_pid=$!
+for _ in $(seq 1 150); do
+  curl -fsS --cacert "${work}/tls/ca.crt" "https://127.0.0.1:${port}/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS --cacert "${work}/tls/ca.crt" "https://127.0.0.1:${port}/readyz" >/dev/null || {
+  cat "${work}/webhook.log"; echo "webhook did not become ready" >&2; exit 1; }
+echo "webhook ready on https://127.0.0.1:${port}"
+
+ca_bundle="$(base64 -w0 <"${work}/tls/ca.crt")"
+hook() { # name path resource operations
+  cat <<EOF
+  - name: $1.nodewright.nvidia.com
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: Fail
+    timeoutSeconds: 10
+    clientConfig:
+      url: https://127.0.0.1:${port}/$2
+      caBundle: ${ca_bundle}
+    rules:
+      - apiGroups: ["nodewright.nvidia.com"]
+        apiVersions: ["v1alpha1"]
+        resources: ["$3"]
+        operations: [$4]
+        scope: Cluster
+EOF
+}
+{
+  printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: nodewright-demo\nwebhooks:\n'
+  hook mutate-nodewright mutate-nodewright nodewrights "CREATE, UPDATE"
+  hook mutate-deploymentpolicy mutate-deploymentpolicy deploymentpolicies "CREATE, UPDATE"
+  printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: nodewright-demo\nwebhooks:\n'
+  hook validate-nodewright validate-nodewright nodewrights "CREATE, UPDATE"
+  hook validate-deploymentpolicy validate-deploymentpolicy deploymentpolicies "CREATE, UPDATE, DELETE"
+} >"${work}/webhooks.yaml"
+run kubectl apply -f "${work}/webhooks.yaml"
+# The apiserver picks up a new webhook configuration asynchronously; wait until it calls ours.
+for _ in $(seq 1 50); do
+  kubectl apply --dry-run=server -f examples/deploymentpolicy.yaml >/dev/null 2>&1 \
+    && grep -q mutate-deploymentpolicy "${work}/webhook.log" && break
+  sleep 0.2
+done
+
+say "Applying the example DeploymentPolicy and NodeWright"
+run kubectl label nodes --all nodewright.example.com/pool=gpu --overwrite >/dev/null
+run kubectl apply -f examples/deploymentpolicy.yaml
+run kubectl apply -f examples/nodewright.yaml
+run kubectl get nwdp,nw
+say "Defaults filled in at admission (package names, stageTimeout, strategy defaults)"
+run kubectl get nw gpu-host-setup -o jsonpath='{range .spec.packages.*}{.name}{"\tstageTimeout="}{.stageTimeout}{"\n"}{end}'
+run kubectl get nwdp gpu-rollout -o jsonpath='{.spec.default.strategy}{"\n"}'
+
+say "Bad manifests are rejected at admission, with every problem named"
+for bad in depends-on-cycle stage-timeout-too-large image-with-tag uninstall-apply-without-enabled policy-not-found; do
+  printf '$ kubectl apply -f examples/invalid/%s.yaml\n' "${bad}"
+  if kubectl apply -f "examples/invalid/${bad}.yaml" 2>&1; then
+    echo "UNEXPECTED: examples/invalid/${bad}.yaml was admitted" >&2; exit 1
+  fi
+done
+printf '$ kubectl delete nwdp gpu-rollout   # still used by gpu-host-setup\n'
+if kubectl delete nwdp gpu-rollout 2>&1; then echo "UNEXPECTED: policy in use was deleted" >&2; exit 1; fi
+
+say "Webhook metrics"
+curl -fsS "http://127.0.0.1:${metrics_port}/metrics" | grep '^nodewright_webhook_requests_total' || true
+
+if ${keep}; then
+  say "Cluster and webhook keep running; KUBECONFIG=${KUBECONFIG}. Press Enter to stop."
+  read -r _
+fi
+say "Stopping everything"
+echo "(The operator that rolls packages out is not part of this build yet; see the issues.)"

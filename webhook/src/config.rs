@@ -1,0 +1,373 @@
+//! Command-line flags and environment of the webhook, validated before anything starts.
+//!
+//! Every flag has an environment variable (for the chart) and a default that works in a cluster.
+//! Problems are reported together, each naming the flag, its variable, the value and what is accepted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use nodewright_shared::defaults::{DefaultsError, OperatorDefaults};
+use nodewright_shared::duration::GoDuration;
+
+/// NodeWright admission webhook: fills defaults into and validates NodeWright and DeploymentPolicy
+/// objects for the kube-apiserver, over HTTPS.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "nodewright-webhook", version)]
+pub struct Args {
+    /// HTTPS address the kube-apiserver calls.
+    #[arg(long, env = "WEBHOOK_LISTEN", default_value = "0.0.0.0:9443")]
+    pub listen: String,
+
+    /// Plain-HTTP address of /metrics (Prometheus).
+    #[arg(long, env = "WEBHOOK_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: String,
+
+    /// PEM certificate chain file (with --tls-key-file). Re-read when it changes, including the
+    /// kubelet's symlink swap of a mounted Secret.
+    #[arg(long, env = "WEBHOOK_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key file (with --tls-cert-file).
+    #[arg(long, env = "WEBHOOK_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// Instead of files: a `kubernetes.io/tls` Secret, as NAMESPACE/NAME, watched through the API.
+    #[arg(long, env = "WEBHOOK_TLS_SECRET")]
+    pub tls_secret: Option<String>,
+
+    /// How often mounted certificate files are checked for changes (Go duration).
+    #[arg(long, env = "WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "2s")]
+    pub tls_reload_interval: String,
+
+    /// Largest request body accepted, in bytes (an AdmissionReview carries the object twice on updates).
+    #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Time allowed for reading a request's headers and for answering it (Go duration).
+    #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT", default_value = "10s")]
+    pub request_timeout: String,
+
+    /// How long in-flight requests may take to finish after SIGTERM (Go duration).
+    #[arg(long, env = "WEBHOOK_SHUTDOWN_GRACE", default_value = "25s")]
+    pub shutdown_grace: String,
+
+    /// Log format: `json` or `text`.
+    #[arg(long, env = "LOG_FORMAT", default_value = "json")]
+    pub log_format: String,
+
+    /// Log filter, e.g. `info` or `nodewright_webhook=debug,info`.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertSource {
+    /// Mounted PEM files, polled for changes.
+    Files {
+        /// Certificate chain.
+        cert: PathBuf,
+        /// Private key.
+        key: PathBuf,
+    },
+    /// A `kubernetes.io/tls` Secret watched through the API.
+    Secret {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line (default; what log pipelines want).
+    Json,
+    /// Human-readable.
+    Text,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// HTTPS listen address.
+    pub listen: SocketAddr,
+    /// Metrics listen address.
+    pub metrics_listen: SocketAddr,
+    /// Certificate source.
+    pub cert_source: CertSource,
+    /// File poll interval.
+    pub tls_reload_interval: Duration,
+    /// Body limit.
+    pub max_body_bytes: usize,
+    /// Header-read and request timeout.
+    pub request_timeout: Duration,
+    /// Drain time after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter.
+    pub log_level: String,
+    /// Operator defaults (shared with the operator), used for stageTimeout defaulting.
+    pub defaults: OperatorDefaults,
+}
+
+/// Everything wrong with the configuration.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  {}", .problems.join("\n  "))]
+pub struct ConfigError {
+    /// One line per problem.
+    pub problems: Vec<String>,
+}
+
+impl Args {
+    /// Validates the flags and reads the shared operator defaults from the environment.
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        self.validate_with(OperatorDefaults::from_env())
+    }
+
+    /// As [`Args::validate`], with the defaults given (for tests).
+    pub fn validate_with(
+        self,
+        defaults: Result<OperatorDefaults, DefaultsError>,
+    ) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut addr = |flag: &str, env: &str, value: &str| match value.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                problems.push(format!(
+                    "--{flag} ({env})={value:?} is not a socket address: use HOST:PORT, e.g. 0.0.0.0:9443"
+                ));
+                None
+            }
+        };
+        let listen = addr("listen", "WEBHOOK_LISTEN", &self.listen);
+        let metrics_listen = addr(
+            "metrics-listen",
+            "WEBHOOK_METRICS_LISTEN",
+            &self.metrics_listen,
+        );
+
+        let cert_source = match (&self.tls_cert_file, &self.tls_key_file, &self.tls_secret) {
+            (Some(cert), Some(key), None) => Some(CertSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None, Some(secret)) => match secret.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    Some(CertSource::Secret {
+                        namespace: ns.to_owned(),
+                        name: name.to_owned(),
+                    })
+                }
+                _ => {
+                    problems.push(format!(
+                        "--tls-secret (WEBHOOK_TLS_SECRET)={secret:?} must be NAMESPACE/NAME, e.g. nodewright/webhook-tls"
+                    ));
+                    None
+                }
+            },
+            (None, None, None) => {
+                problems.push(
+                    "no certificate source: set --tls-cert-file and --tls-key-file, or --tls-secret NAMESPACE/NAME"
+                        .to_owned(),
+                );
+                None
+            }
+            (Some(_), None, None) | (None, Some(_), None) => {
+                problems
+                    .push("--tls-cert-file and --tls-key-file must be given together".to_owned());
+                None
+            }
+            _ => {
+                problems.push("use either certificate files or --tls-secret, not both".to_owned());
+                None
+            }
+        };
+
+        let mut duration =
+            |flag: &str, env: &str, value: &str, min: Duration| match GoDuration::parse(value)
+                .ok()
+                .and_then(GoDuration::to_std)
+            {
+                Some(d) if d >= min => Some(d),
+                _ => {
+                    problems.push(format!(
+                        "--{flag} ({env})={value:?} must be a Go duration of at least {}",
+                        GoDuration::from_nanos(min.as_nanos() as i64)
+                    ));
+                    None
+                }
+            };
+        let tls_reload_interval = duration(
+            "tls-reload-interval",
+            "WEBHOOK_TLS_RELOAD_INTERVAL",
+            &self.tls_reload_interval,
+            Duration::from_millis(100),
+        );
+        let request_timeout = duration(
+            "request-timeout",
+            "WEBHOOK_REQUEST_TIMEOUT",
+            &self.request_timeout,
+            Duration::from_millis(100),
+        );
+        let shutdown_grace = duration(
+            "shutdown-grace",
+            "WEBHOOK_SHUTDOWN_GRACE",
+            &self.shutdown_grace,
+            Duration::ZERO,
+        );
+
+        if self.max_body_bytes < 64 * 1024 {
+            problems.push(format!(
+                "--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={} is too small: at least 65536 (objects can be large)",
+                self.max_body_bytes
+            ));
+        }
+        let log_format = match self.log_format.as_str() {
+            "json" => Some(LogFormat::Json),
+            "text" => Some(LogFormat::Text),
+            other => {
+                problems.push(format!(
+                    "--log-format (LOG_FORMAT)={other:?} must be json or text"
+                ));
+                None
+            }
+        };
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            problems.push(format!(
+                "--log-level (LOG_LEVEL)={:?} is not a log filter ({e}): use e.g. info, debug or nodewright_webhook=debug",
+                self.log_level
+            ));
+        }
+        let defaults = match defaults {
+            Ok(d) => Some(d),
+            Err(e) => {
+                problems.extend(e.problems.iter().map(ToString::to_string));
+                None
+            }
+        };
+
+        match (
+            listen,
+            metrics_listen,
+            cert_source,
+            tls_reload_interval,
+            request_timeout,
+            shutdown_grace,
+            log_format,
+            defaults,
+        ) {
+            (
+                Some(listen),
+                Some(metrics_listen),
+                Some(cert_source),
+                Some(tls_reload_interval),
+                Some(request_timeout),
+                Some(shutdown_grace),
+                Some(log_format),
+                Some(defaults),
+            ) if problems.is_empty() => Ok(Config {
+                listen,
+                metrics_listen,
+                cert_source,
+                tls_reload_interval,
+                max_body_bytes: self.max_body_bytes,
+                request_timeout,
+                shutdown_grace,
+                log_format,
+                log_level: self.log_level,
+                defaults,
+            }),
+            _ => Err(ConfigError { problems }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec!["nodewright-webhook"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).expect("flags parse")
+    }
+
+    #[test]
+    fn file_source_with_defaults_is_valid() {
+        let cfg = args(&["--tls-cert-file", "/c", "--tls-key-file", "/k"])
+            .validate_with(Ok(OperatorDefaults::default()))
+            .expect("valid");
+        assert_eq!(
+            cfg.cert_source,
+            CertSource::Files {
+                cert: "/c".into(),
+                key: "/k".into()
+            }
+        );
+        assert_eq!(cfg.listen, "0.0.0.0:9443".parse().expect("addr"));
+        assert_eq!(cfg.request_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn secret_source_is_namespace_slash_name() {
+        let cfg = args(&["--tls-secret", "nodewright/webhook-tls"])
+            .validate_with(Ok(OperatorDefaults::default()))
+            .expect("valid");
+        assert_eq!(
+            cfg.cert_source,
+            CertSource::Secret {
+                namespace: "nodewright".into(),
+                name: "webhook-tls".into()
+            }
+        );
+        let err = args(&["--tls-secret", "webhook-tls"])
+            .validate_with(Ok(OperatorDefaults::default()))
+            .expect_err("no namespace");
+        assert!(err.to_string().contains("NAMESPACE/NAME"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_flag_and_value() {
+        let err = args(&[
+            "--listen",
+            "nowhere",
+            "--tls-cert-file",
+            "/c",
+            "--request-timeout",
+            "soon",
+            "--log-format",
+            "xml",
+            "--max-body-bytes",
+            "10",
+        ])
+        .validate_with(OperatorDefaults::from_lookup(|k| {
+            (k == "JOB_BACKOFF_LIMIT").then(|| "-2".to_owned())
+        }))
+        .expect_err("invalid");
+        let text = err.to_string();
+        for needle in [
+            "--listen (WEBHOOK_LISTEN)=\"nowhere\"",
+            "--tls-cert-file and --tls-key-file must be given together",
+            "--request-timeout (WEBHOOK_REQUEST_TIMEOUT)=\"soon\"",
+            "--log-format (LOG_FORMAT)=\"xml\"",
+            "--max-body-bytes",
+            "JOB_BACKOFF_LIMIT=\"-2\"",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        assert_eq!(err.problems.len(), 6, "{text}");
+    }
+
+    #[test]
+    fn a_certificate_source_is_required() {
+        let err = args(&[])
+            .validate_with(Ok(OperatorDefaults::default()))
+            .expect_err("no certs");
+        assert!(err.to_string().contains("no certificate source"), "{err}");
+    }
+}

@@ -1,0 +1,85 @@
+//! Prometheus metrics of the webhook, served on the plain-HTTP metrics port.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of a request count.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// `mutate-nodewright`, `validate-deploymentpolicy`...
+    pub webhook: &'static str,
+    /// CREATE, UPDATE, DELETE, CONNECT, or `unknown` when the request could not be read.
+    pub operation: &'static str,
+    /// `allowed`, `patched`, `denied` or `error` (malformed request).
+    pub result: &'static str,
+}
+
+/// Label of the latency histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabel {
+    /// The webhook.
+    pub webhook: &'static str,
+}
+
+type HistogramFamily = Family<WebhookLabel, Histogram, fn() -> Histogram>;
+
+/// All webhook metrics and their registry.
+pub struct Metrics {
+    registry: Registry,
+    /// `nodewright_webhook_requests_total`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `nodewright_webhook_request_duration_seconds`.
+    pub latency: HistogramFamily,
+    /// `nodewright_webhook_certificate_reloads`: certificates loaded since start.
+    pub certificate_loads: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100µs .. ~3.3s: admission p99 should sit far below the apiserver's timeout.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+impl Metrics {
+    /// Registers every metric under the `nodewright_webhook` prefix.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("nodewright_webhook");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Admission requests by webhook, operation and result",
+            requests.clone(),
+        );
+        let latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time to answer an admission request, by webhook",
+            latency.clone(),
+        );
+        let certificate_loads = Gauge::default();
+        registry.register(
+            "certificate_loads",
+            "Serving certificates loaded since start (first load and every reload)",
+            certificate_loads.clone(),
+        );
+        Arc::new(Metrics {
+            registry,
+            requests,
+            latency,
+            certificate_loads,
+        })
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,241 @@
+//! Admission rules: pure functions from objects to a verdict (no I/O).
+//!
+//! Every rule of the upstream validating webhook (renamed from `skyhook`), plus the ones DESIGN §3
+//! adds (stage timeouts, image tags, dependency cycles, name lengths, label-safe versions). Unlike
+//! upstream, which stops at the first failure (and picks it from a Go map, so at random), every
+//! failure of one object is reported together, sorted by field path, one line each, so a user fixes a
+//! manifest in one round trip instead of one per mistake.
+//!
+//! What the rules need from the cluster (does this policy exist, who uses it) comes through
+//! [`ClusterView`], which the server implements over watch-backed caches and tests implement in
+//! memory. Nothing here performs I/O, so every rule is unit-testable and cheap to run per request.
+
+pub mod glob;
+mod graph;
+mod image;
+pub mod labels;
+mod nodewright;
+mod package;
+mod policy;
+pub mod quantity;
+mod resources;
+pub mod selector;
+pub mod semver;
+mod update;
+
+#[cfg(test)]
+mod examples;
+#[cfg(test)]
+mod testing;
+
+use std::fmt;
+
+use nodewright_shared::api::{DeploymentPolicy, NodeWright};
+
+/// One problem with one field. Display: "{path}: {message}".
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FieldError {
+    /// Where the problem is, e.g. `spec.packages.foo.stageTimeout`.
+    pub path: String,
+    /// What is wrong and what to write instead.
+    pub message: String,
+}
+
+impl FieldError {
+    /// A problem at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// The outcome of validating one object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Every problem, sorted by path then message, without duplicates. Any error denies the request.
+    pub errors: Vec<FieldError>,
+    /// Things the user should know that do not block the request (AdmissionReview `warnings`).
+    pub warnings: Vec<String>,
+}
+
+impl Verdict {
+    /// True when there is no error (warnings do not deny).
+    pub fn is_allowed(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// Every error on its own line, "path: message", in order: the denial message.
+    pub fn message(&self) -> String {
+        self.errors
+            .iter()
+            .map(FieldError::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// What validation needs from the cluster. The webhook implements it over watch-backed caches; tests
+/// use an in-memory impl.
+pub trait ClusterView: Send + Sync {
+    /// Whether a DeploymentPolicy of this name exists.
+    fn policy_exists(&self, name: &str) -> bool;
+    /// Names of NodeWrights whose spec.deploymentPolicy is `policy`, sorted.
+    fn nodewrights_using_policy(&self, policy: &str) -> Vec<String>;
+}
+
+/// Validates a NodeWright on CREATE (`old` is `None`) or UPDATE (`old` is the stored object, which
+/// enables the uninstall guards and the cancel warning).
+///
+/// An UPDATE that leaves the spec unchanged (finalizers, labels, the pause/disable annotations) is
+/// admitted without re-checking the spec: nothing these rules guard changed, and refusing it would let
+/// an object that reached storage without the webhook (or whose DeploymentPolicy has since gone)
+/// block the operator's finalizer handling and the user's pause annotation for good.
+pub fn validate_nodewright(
+    new: &NodeWright,
+    old: Option<&NodeWright>,
+    cluster: &dyn ClusterView,
+) -> Verdict {
+    if old.is_some_and(|old| old.spec == new.spec) {
+        return Verdict::default();
+    }
+    let mut findings = Findings::default();
+    nodewright::check(new, cluster, &mut findings);
+    if let Some(old) = old {
+        update::check(old, new, &mut findings);
+    }
+    findings.finish()
+}
+
+/// Validates a DeploymentPolicy on CREATE or UPDATE.
+pub fn validate_deployment_policy(new: &DeploymentPolicy) -> Verdict {
+    let mut findings = Findings::default();
+    policy::check(new, &mut findings);
+    findings.finish()
+}
+
+/// Validates the DELETE of a DeploymentPolicy: refused while a NodeWright still names it, since that
+/// NodeWright's rollout would stop (blocked) the moment the policy disappears.
+pub fn validate_deployment_policy_delete(name: &str, cluster: &dyn ClusterView) -> Verdict {
+    let mut findings = Findings::default();
+    policy::check_delete(name, cluster, &mut findings);
+    findings.finish()
+}
+
+/// Collects the findings of one object; [`Findings::finish`] puts them in their stable order.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    errors: Vec<FieldError>,
+    warnings: Vec<String>,
+}
+
+impl Findings {
+    /// Records a problem with the field at `path`.
+    pub(crate) fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(FieldError::new(path, message));
+    }
+
+    /// Records a non-blocking warning.
+    pub(crate) fn warn(&mut self, message: impl Into<String>) {
+        self.warnings.push(message.into());
+    }
+
+    /// Sorted (path, then message) and deduplicated, so the same object always gets the same answer.
+    pub(crate) fn finish(mut self) -> Verdict {
+        self.errors.sort();
+        self.errors.dedup();
+        self.warnings.sort();
+        self.warnings.dedup();
+        Verdict {
+            errors: self.errors,
+            warnings: self.warnings,
+        }
+    }
+}
+
+/// The path of a map entry: `parent.key` for plain keys, `parent[key]` (the Kubernetes notation) when
+/// the key contains characters such as `.` or `*` that would make a dotted path ambiguous.
+pub(crate) fn child(parent: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if plain {
+        format!("{parent}.{key}")
+    } else {
+        format!("{parent}[{key}]")
+    }
+}
+
+/// The path of a list item: `parent[i]`.
+pub(crate) fn item(parent: &str, index: usize) -> String {
+    format!("{parent}[{index}]")
+}
+
+/// A short, readable list for messages: at most `max` items, then how many more.
+pub(crate) fn short_list<S: AsRef<str>>(items: &[S], max: usize) -> String {
+    let shown: Vec<&str> = items.iter().take(max).map(AsRef::as_ref).collect();
+    let mut out = shown.join(", ");
+    if items.len() > max {
+        out.push_str(&format!(" and {} more", items.len() - max));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_are_sorted_and_deduplicated() {
+        let mut f = Findings::default();
+        f.error("spec.packages.b.version", "z");
+        f.error("metadata.name", "too long");
+        f.error("spec.packages.a.image", "y");
+        f.error("spec.packages.a.image", "x");
+        f.error("spec.packages.a.image", "x");
+        f.warn("w2");
+        f.warn("w1");
+        f.warn("w1");
+        let v = f.finish();
+        assert!(!v.is_allowed());
+        assert_eq!(
+            v.message(),
+            "metadata.name: too long\nspec.packages.a.image: x\nspec.packages.a.image: y\nspec.packages.b.version: z"
+        );
+        assert_eq!(v.warnings, vec!["w1".to_owned(), "w2".to_owned()]);
+    }
+
+    #[test]
+    fn empty_verdict_allows() {
+        let v = Findings::default().finish();
+        assert!(v.is_allowed());
+        assert_eq!(v.message(), "");
+    }
+
+    #[test]
+    fn paths_quote_keys_that_are_not_plain() {
+        assert_eq!(child("spec.packages", "foo"), "spec.packages.foo");
+        assert_eq!(child("spec.packages", "Bad_Name"), "spec.packages.Bad_Name");
+        assert_eq!(
+            child("x.configInterrupts", "*.conf"),
+            "x.configInterrupts[*.conf]"
+        );
+        assert_eq!(child("x", ""), "x[]");
+        assert_eq!(item("spec.compartments", 1), "spec.compartments[1]");
+    }
+
+    #[test]
+    fn short_lists_say_how_many_more() {
+        assert_eq!(short_list(&["a", "b"], 3), "a, b");
+        assert_eq!(short_list(&["a", "b", "c", "d"], 2), "a, b and 2 more");
+        assert_eq!(short_list::<&str>(&[], 2), "");
+    }
+}

@@ -1,0 +1,497 @@
+//! Rules for one entry of `spec.packages` (key K): name, version, image, configInterrupts, resources,
+//! uninstall, stageTimeout and gracefulShutdown. Dependencies between packages are in `graph`.
+
+use std::sync::LazyLock;
+
+use nodewright_shared::api::{PACKAGE_NAME_PATTERN, Package};
+use nodewright_shared::deadline::check_stage_timeout;
+use nodewright_shared::duration::GoDuration;
+use regex::Regex;
+
+use super::labels::label_value_errors;
+use super::{Findings, child, glob, image, resources, semver, short_list};
+
+/// The package-name pattern, compiled once. Compiling a constant cannot fail at runtime in a way
+/// input could influence; a test pins that it compiles.
+static PACKAGE_NAME: LazyLock<Result<Regex, regex::Error>> =
+    LazyLock::new(|| Regex::new(PACKAGE_NAME_PATTERN));
+
+/// Whether `key` matches [`PACKAGE_NAME_PATTERN`].
+fn is_package_name(key: &str) -> bool {
+    PACKAGE_NAME.as_ref().is_ok_and(|re| re.is_match(key))
+}
+
+/// The version as Go's semver package needs it: upstream prepends `v` unless the version starts
+/// with one, so `1.2.3` and `v1.2.3` are both accepted.
+pub fn semver_text(version: &str) -> String {
+    if version.starts_with('v') {
+        version.to_owned()
+    } else {
+        format!("v{version}")
+    }
+}
+
+/// Checks the package at `spec.packages.<key>`.
+pub fn check(key: &str, package: &Package, f: &mut Findings) {
+    let path = child("spec.packages", key);
+    let at = |field: &str| child(&path, field);
+
+    if let Some(name) = &package.name
+        && name != key
+    {
+        f.error(
+            at("name"),
+            format!(
+                "name {name:?} differs from the package key {key:?}: leave name unset (it is filled from the key) or set it to {key:?}"
+            ),
+        );
+    }
+    if !is_package_name(key) {
+        f.error(
+            &path,
+            format!(
+                "package name {key:?} is not valid: use 2 to 43 lowercase letters, digits or '-', starting and ending with a letter (pattern {PACKAGE_NAME_PATTERN})"
+            ),
+        );
+    }
+    check_version(key, &package.version, &at("version"), f);
+    for e in image::image_errors(&package.image, &package.version) {
+        f.error(at("image"), e);
+    }
+    check_config_interrupts(package, &at("configInterrupts"), f);
+    if let Some(r) = &package.resources {
+        resources::check(r, &at("resources"), f);
+    }
+    if let Some(u) = &package.uninstall
+        && u.apply
+        && !u.enabled
+    {
+        f.error(
+            child(&at("uninstall"), "apply"),
+            "uninstall.apply requires uninstall.enabled to be true: set uninstall.enabled: true (the package must ship uninstall scripts), or remove uninstall.apply",
+        );
+    }
+    if let Some(t) = &package.stage_timeout
+        && let Err(e) = check_stage_timeout(t)
+    {
+        f.error(at("stageTimeout"), e.to_string());
+    }
+    if let Some(g) = &package.graceful_shutdown {
+        match GoDuration::parse(g) {
+            Err(e) => f.error(at("gracefulShutdown"), e.to_string()),
+            Ok(d) if d.is_negative() => f.error(
+                at("gracefulShutdown"),
+                format!("{g:?} is negative: use a positive duration such as \"30s\", or \"0\" to stop the pods at once"),
+            ),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// `version` is a semantic version (it is the image tag and is ordered for downgrades) and, as
+/// `<K>-<version>`, a valid label value (Jobs and pods are labelled with it).
+fn check_version(key: &str, version: &str, path: &str, f: &mut Findings) {
+    if version.is_empty() {
+        f.error(
+            path,
+            "version is empty: set the package version, a semantic version such as 1.2.3 (it is also the image tag)",
+        );
+        return;
+    }
+    if let Err(e) = semver::parse(&semver_text(version)) {
+        f.error(
+            path,
+            format!(
+                "version {version:?} is not a valid semantic version ({e}): use MAJOR[.MINOR[.PATCH]] with an optional -PRERELEASE, such as 1.2.3 or 1.2.3-rc.1 (it is also the image tag)"
+            ),
+        );
+        // The label-value check would only repeat the problem in other words.
+        return;
+    }
+    let label = format!("{key}-{version}");
+    let problems = label_value_errors(&label);
+    if !problems.is_empty() {
+        let fix = if version.contains('+') {
+            "drop the +build metadata (label values cannot contain '+')"
+        } else {
+            "shorten the version or the package name"
+        };
+        f.error(
+            path,
+            format!(
+                "version {version:?} cannot be used in the label value {label:?} that marks this package's Jobs ({}): {fix}",
+                problems.join("; ")
+            ),
+        );
+    }
+}
+
+/// Every `configInterrupts` key names a `configMap` key, or is a `*` glob matching at least one.
+fn check_config_interrupts(package: &Package, path: &str, f: &mut Findings) {
+    let keys: Vec<&str> = package.config_map.keys().map(String::as_str).collect();
+    let available = if keys.is_empty() {
+        "configMap has no keys".to_owned()
+    } else {
+        format!("configMap keys: {}", short_list(&keys, 10))
+    };
+    for pattern in package.config_interrupts.keys() {
+        if package.config_map.contains_key(pattern) {
+            continue;
+        }
+        let at = child(path, pattern);
+        if pattern.contains('*') {
+            // As upstream: only patterns with a '*' are globs; a malformed one matches nothing.
+            let mut malformed = None;
+            let mut matched = false;
+            for key in &keys {
+                match glob::matches(pattern, key) {
+                    Ok(true) => {
+                        matched = true;
+                        break;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        malformed = Some(e);
+                        break;
+                    }
+                }
+            }
+            if matched {
+                continue;
+            }
+            let why = match malformed {
+                Some(e) => format!(" (the pattern is malformed: {e})"),
+                None => String::new(),
+            };
+            f.error(
+                at,
+                format!(
+                    "config interrupt glob {pattern:?} does not match any configMap keys{why}: fix the pattern or add a matching key to configMap ({available})"
+                ),
+            );
+        } else {
+            f.error(
+                at,
+                format!(
+                    "config interrupt for key that doesn't exist: {pattern} doesn't exist as a configmap key: use one of the configMap keys, or a glob with '*' ({available})"
+                ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::api::{Interrupt, InterruptType, Uninstall};
+
+    fn base() -> Package {
+        Package {
+            version: "1.0.0".to_owned(),
+            image: "ghcr.io/example/tools".to_owned(),
+            ..Package::default()
+        }
+    }
+
+    fn lines(key: &str, p: &Package) -> Vec<String> {
+        let mut f = Findings::default();
+        check(key, p, &mut f);
+        f.finish().errors.iter().map(ToString::to_string).collect()
+    }
+
+    fn assert_ok(key: &str, p: &Package) {
+        assert_eq!(lines(key, p), Vec::<String>::new(), "{key}: {p:?}");
+    }
+
+    fn assert_err(key: &str, p: &Package, want: &str) {
+        let got = lines(key, p);
+        assert!(
+            got.iter().any(|l| l.contains(want)),
+            "{want:?} not in {got:?}"
+        );
+    }
+
+    #[test]
+    fn the_name_pattern_compiles() {
+        assert!(PACKAGE_NAME.is_ok());
+    }
+
+    #[test]
+    fn names() {
+        assert_ok("tools", &base());
+        assert_ok("ab", &base());
+        assert_ok(&format!("a{}z", "-".repeat(41)), &base());
+        assert_ok(
+            "tools",
+            &Package {
+                name: Some("tools".into()),
+                ..base()
+            },
+        );
+        assert_err(
+            "tools",
+            &Package {
+                name: Some("other".into()),
+                ..base()
+            },
+            "spec.packages.tools.name: name \"other\" differs from the package key \"tools\"",
+        );
+        for bad in [
+            "Bad_Name",
+            "a",
+            "1ab",
+            "ab-",
+            "ab1",
+            &format!("a{}z", "b".repeat(42)),
+            "ab\nab",
+        ] {
+            assert_err(bad, &base(), "is not valid: use 2 to 43 lowercase letters");
+        }
+    }
+
+    #[test]
+    fn versions() {
+        for v in [
+            "1",
+            "1.2",
+            "1.2.3",
+            "v1.2.3",
+            "1.2.3-rc.1",
+            "0.0.0-20240706",
+        ] {
+            assert_ok(
+                "tools",
+                &Package {
+                    version: v.into(),
+                    ..base()
+                },
+            );
+        }
+        let cases = [
+            ("", "spec.packages.tools.version: version is empty"),
+            ("01.2.3", "leading zero"),
+            (
+                "2024/07/06",
+                "version \"2024/07/06\" is not a valid semantic version",
+            ),
+            ("1-rc.1", "needs all three numbers"),
+            ("V1.2.3", "is not a valid semantic version"),
+            ("latest", "is not a valid semantic version"),
+            (
+                "1.0.0+build.7",
+                "cannot be used in the label value \"tools-1.0.0+build.7\"",
+            ),
+            ("1.0.0+build.7", "drop the +build metadata"),
+        ];
+        for (v, want) in cases {
+            assert_err(
+                "tools",
+                &Package {
+                    version: v.into(),
+                    ..base()
+                },
+                want,
+            );
+        }
+        // Valid semver, but too long for a label value with the package name in front.
+        let long = format!("1.0.0-{}", "a".repeat(55));
+        assert_err(
+            "tools",
+            &Package {
+                version: long,
+                ..base()
+            },
+            "at most 63 characters",
+        );
+        // Not-semver is reported once, not again as a label problem.
+        assert_eq!(
+            lines(
+                "tools",
+                &Package {
+                    version: "2024/07/06".into(),
+                    ..base()
+                }
+            )
+            .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn images() {
+        assert_ok(
+            "tools",
+            &Package {
+                image: "registry:5000/tools".into(),
+                ..base()
+            },
+        );
+        assert_err(
+            "tools",
+            &Package {
+                image: "ghcr.io/t:1.0.0".into(),
+                ..base()
+            },
+            "spec.packages.tools.image: image \"ghcr.io/t:1.0.0\" carries the tag",
+        );
+        assert_err(
+            "tools",
+            &Package {
+                image: "ghcr.io/t@sha256:00".into(),
+                ..base()
+            },
+            "containerSHA",
+        );
+        assert_err(
+            "tools",
+            &Package {
+                image: String::new(),
+                ..base()
+            },
+            "image is empty",
+        );
+    }
+
+    #[test]
+    fn config_interrupts() {
+        let interrupt = Interrupt {
+            kind: InterruptType::Noop,
+            services: vec![],
+        };
+        let with = |keys: &[&str], patterns: &[&str]| Package {
+            config_map: keys
+                .iter()
+                .map(|k| ((*k).to_owned(), "x".to_owned()))
+                .collect(),
+            config_interrupts: patterns
+                .iter()
+                .map(|p| ((*p).to_owned(), interrupt.clone()))
+                .collect(),
+            ..base()
+        };
+        assert_ok("tools", &with(&["a.conf"], &["a.conf"]));
+        assert_ok("tools", &with(&["a.conf", "b.txt"], &["*.conf"]));
+        assert_ok("tools", &with(&["a.conf"], &["*"]));
+        assert_ok("tools", &with(&["profile-a.conf"], &["profile-?.*"]));
+        assert_err(
+            "tools",
+            &with(&["a.conf"], &["*.toml"]),
+            "spec.packages.tools.configInterrupts[*.toml]: config interrupt glob \"*.toml\" does not match any configMap keys",
+        );
+        assert_err(
+            "tools",
+            &with(&["a.conf"], &["b.conf"]),
+            "config interrupt for key that doesn't exist: b.conf doesn't exist as a configmap key",
+        );
+        assert_err(
+            "tools",
+            &with(&["a.conf"], &["b.conf"]),
+            "(configMap keys: a.conf)",
+        );
+        assert_err("tools", &with(&[], &["b.conf"]), "configMap has no keys");
+        // Without '*' a pattern is a literal key, as upstream.
+        assert_err(
+            "tools",
+            &with(&["a.conf"], &["?.conf"]),
+            "doesn't exist as a configmap",
+        );
+        assert_err(
+            "tools",
+            &with(&["a.conf"], &["[*.conf"]),
+            "the pattern is malformed",
+        );
+    }
+
+    #[test]
+    fn uninstall() {
+        for (enabled, apply) in [(false, false), (true, false), (true, true)] {
+            assert_ok(
+                "tools",
+                &Package {
+                    uninstall: Some(Uninstall { enabled, apply }),
+                    ..base()
+                },
+            );
+        }
+        assert_err(
+            "tools",
+            &Package {
+                uninstall: Some(Uninstall {
+                    enabled: false,
+                    apply: true,
+                }),
+                ..base()
+            },
+            "spec.packages.tools.uninstall.apply: uninstall.apply requires uninstall.enabled to be true",
+        );
+    }
+
+    #[test]
+    fn stage_timeouts() {
+        for t in ["0", "45s", "1h30m", "596523h14m7s", "300ms"] {
+            assert_ok(
+                "tools",
+                &Package {
+                    stage_timeout: Some(t.into()),
+                    ..base()
+                },
+            );
+        }
+        let cases = [
+            (
+                "600000h",
+                "spec.packages.tools.stageTimeout: \"600000h\" is too large",
+            ),
+            ("600000h", "the largest accepted value is \"596523h14m7s\""),
+            (
+                "-5m",
+                "spec.packages.tools.stageTimeout: \"-5m\" is negative",
+            ),
+            ("2d", "spec.packages.tools.stageTimeout: unknown unit \"d\""),
+            (
+                "soon",
+                "spec.packages.tools.stageTimeout: invalid duration \"soon\"",
+            ),
+            ("30", "missing unit"),
+        ];
+        for (t, want) in cases {
+            assert_err(
+                "tools",
+                &Package {
+                    stage_timeout: Some(t.into()),
+                    ..base()
+                },
+                want,
+            );
+        }
+    }
+
+    #[test]
+    fn graceful_shutdown() {
+        for g in ["0", "30s", "1m30s"] {
+            assert_ok(
+                "tools",
+                &Package {
+                    graceful_shutdown: Some(g.into()),
+                    ..base()
+                },
+            );
+        }
+        assert_err(
+            "tools",
+            &Package {
+                graceful_shutdown: Some("thirty seconds".into()),
+                ..base()
+            },
+            "spec.packages.tools.gracefulShutdown: invalid duration",
+        );
+        assert_err(
+            "tools",
+            &Package {
+                graceful_shutdown: Some("-5s".into()),
+                ..base()
+            },
+            "spec.packages.tools.gracefulShutdown: \"-5s\" is negative",
+        );
+    }
+}

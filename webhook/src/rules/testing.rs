@@ -1,0 +1,60 @@
+//! Test helpers: an in-memory [`ClusterView`] and small object builders.
+
+use std::collections::BTreeMap;
+
+use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package};
+
+use super::ClusterView;
+
+/// Policies by name, and which NodeWrights use each.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    /// policy name → NodeWrights referencing it.
+    pub policies: BTreeMap<String, Vec<String>>,
+}
+
+impl Cluster {
+    /// A cluster with these policies, unused.
+    pub fn with_policies(names: &[&str]) -> Self {
+        Cluster {
+            policies: names
+                .iter()
+                .map(|n| ((*n).to_owned(), Vec::new()))
+                .collect(),
+        }
+    }
+}
+
+impl ClusterView for Cluster {
+    fn policy_exists(&self, name: &str) -> bool {
+        self.policies.contains_key(name)
+    }
+
+    fn nodewrights_using_policy(&self, policy: &str) -> Vec<String> {
+        let mut users = self.policies.get(policy).cloned().unwrap_or_default();
+        users.sort();
+        users
+    }
+}
+
+/// A valid package at `version`.
+pub fn package(version: &str) -> Package {
+    Package {
+        version: version.to_owned(),
+        image: "ghcr.io/example/pkg".to_owned(),
+        ..Package::default()
+    }
+}
+
+/// A NodeWright named `name` with these packages and defaults otherwise.
+pub fn nodewright<const N: usize>(name: &str, packages: [(&str, Package); N]) -> NodeWright {
+    let spec = NodeWrightSpec {
+        priority: nodewright_shared::api::DEFAULT_PRIORITY,
+        packages: packages
+            .into_iter()
+            .map(|(k, p)| (k.to_owned(), p))
+            .collect(),
+        ..NodeWrightSpec::default()
+    };
+    NodeWright::new(name, spec)
+}

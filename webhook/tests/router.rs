@@ -1,0 +1,356 @@
+//! The router end to end in process (no TLS, no cluster): AdmissionReview JSON in the exact shape the
+//! kube-apiserver sends (tests/fixtures) through the real axum router, asserting the reviews that come
+//! back, and what hostile input gets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use nodewright_shared::defaults::OperatorDefaults;
+use nodewright_webhook::cache::StaticView;
+use nodewright_webhook::metrics::Metrics;
+use nodewright_webhook::routes::{AppState, Readiness, router};
+use nodewright_webhook::tls::CertStore;
+use serde_json::Value;
+use tower::ServiceExt;
+
+const MAX_BODY: usize = 1024 * 1024;
+
+fn build(view: StaticView) -> (axum::Router, Arc<Metrics>, Arc<Readiness>) {
+    let metrics = Metrics::new();
+    let ready = Readiness::new(CertStore::new());
+    let state = Arc::new(AppState {
+        defaults: OperatorDefaults::default(),
+        cluster: Arc::new(view),
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    });
+    (
+        router(state, MAX_BODY, Duration::from_secs(5)),
+        metrics,
+        ready,
+    )
+}
+
+fn cluster() -> StaticView {
+    StaticView {
+        policies: vec!["gpu-rollout".into()],
+        users: vec![
+            ("gpu-host-setup".into(), "gpu-rollout".into()),
+            ("other".into(), "gpu-rollout".into()),
+        ],
+    }
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+async fn post(app: &axum::Router, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    let response = app
+        .clone()
+        .oneshot(
+            Request::post(path)
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .expect("request"),
+        )
+        .await
+        .expect("router answers");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, value)
+}
+
+fn decoded_patch(review: &Value) -> Vec<Value> {
+    use base64::Engine;
+    let b64 = review["response"]["patch"].as_str().expect("a patch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("base64 patch");
+    serde_json::from_slice(&bytes).expect("JSON Patch")
+}
+
+#[tokio::test]
+async fn mutating_nodewright_fills_names_and_stage_timeouts_only() {
+    let (app, metrics, _) = build(cluster());
+    let (status, review) = post(
+        &app,
+        "/mutate-nodewright",
+        fixture("mutate-create-nodewright.json"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(review["kind"], "AdmissionReview");
+    assert_eq!(
+        review["response"]["uid"],
+        "b7e1f0a2-0001-4a5e-8c1d-2f0e9a7b6c01"
+    );
+    assert_eq!(review["response"]["allowed"], true);
+    assert_eq!(review["response"]["patchType"], "JSONPatch");
+    let ops = decoded_patch(&review);
+    let paths: Vec<&str> = ops.iter().filter_map(|o| o["path"].as_str()).collect();
+    // Three packages get their name; only tuned lacks a stageTimeout (the others set 15m and 45m).
+    assert_eq!(
+        paths,
+        [
+            "/spec/packages/driver-tools/name",
+            "/spec/packages/kernel-params/name",
+            "/spec/packages/tuned/name",
+            "/spec/packages/tuned/stageTimeout",
+        ]
+    );
+    assert!(
+        ops.iter().all(|o| o["op"] == "add"),
+        "never replace or remove: {ops:?}"
+    );
+    assert_eq!(ops[3]["value"], "1h");
+
+    // Applying the patch to the object yields the defaulted object, with the user's values intact.
+    let mut object: Value = serde_json::from_slice::<Value>(&fixture(
+        "mutate-create-nodewright.json",
+    ))
+    .expect("json")["request"]["object"]
+        .clone();
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("patch type");
+    json_patch::patch(&mut object, &patch).expect("patch applies");
+    assert_eq!(
+        object["spec"]["packages"]["kernel-params"]["stageTimeout"],
+        "15m"
+    );
+    assert_eq!(object["spec"]["packages"]["tuned"]["stageTimeout"], "1h");
+    assert_eq!(
+        object["spec"]["packages"]["driver-tools"]["image"],
+        "registry.example.com:5000/driver-tools"
+    );
+
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"nodewright_webhook_requests_total{webhook="mutate-nodewright",operation="CREATE",result="patched"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn mutating_policy_fills_strategy_defaults() {
+    let (app, _, _) = build(cluster());
+    let (status, review) = post(
+        &app,
+        "/mutate-deploymentpolicy",
+        fixture("mutate-create-policy.json"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let ops = decoded_patch(&review);
+    let pairs: Vec<(String, Value)> = ops
+        .iter()
+        .map(|o| {
+            (
+                o["path"].as_str().unwrap_or_default().to_owned(),
+                o["value"].clone(),
+            )
+        })
+        .collect();
+    assert!(pairs.contains(&(
+        "/spec/default/strategy/exponential/growthFactor".into(),
+        2.into()
+    )));
+    assert!(pairs.contains(&(
+        "/spec/default/strategy/exponential/batchThreshold".into(),
+        100.into()
+    )));
+    assert!(pairs.contains(&(
+        "/spec/compartments/0/strategy/fixed/safetyLimit".into(),
+        50.into()
+    )));
+    assert!(pairs.contains(&(
+        "/spec/compartments/1/strategy/linear/initialBatch".into(),
+        1.into()
+    )));
+    // initialBatch 2 and delta 2 were set by the user and are not touched.
+    assert!(
+        !pairs
+            .iter()
+            .any(|(p, _)| p == "/spec/default/strategy/exponential/initialBatch")
+    );
+    assert!(
+        !pairs
+            .iter()
+            .any(|(p, _)| p == "/spec/compartments/1/strategy/linear/delta")
+    );
+    assert!(!pairs.iter().any(|(p, _)| p.ends_with("failureThreshold")));
+}
+
+#[tokio::test]
+async fn valid_nodewright_is_admitted() {
+    let (app, _, _) = build(cluster());
+    let (status, review) = post(
+        &app,
+        "/validate-nodewright",
+        fixture("validate-create-nodewright.json"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["response"]["allowed"], true, "{review}");
+}
+
+#[tokio::test]
+async fn all_errors_of_an_object_come_back_together_sorted_with_paths() {
+    let (app, metrics, _) = build(cluster());
+    let (status, review) = post(
+        &app,
+        "/validate-nodewright",
+        fixture("validate-create-nodewright-many-errors.json"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["response"]["allowed"], false);
+    assert_eq!(review["response"]["status"]["code"], 403);
+    let message = review["response"]["status"]["message"]
+        .as_str()
+        .expect("message");
+    let lines: Vec<&str> = message.lines().collect();
+    assert!(lines.len() >= 3, "{message}");
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted, "errors are sorted");
+    assert!(
+        message.contains("spec.packages.kernel-params.stageTimeout"),
+        "{message}"
+    );
+    assert!(message.contains("596523h14m7s"), "{message}");
+    assert!(message.contains("spec.packages.tuned.image"), "{message}");
+    assert!(message.contains("dependency cycle"), "{message}");
+    assert!(metrics.encode().contains(r#"result="denied"} 1"#));
+}
+
+#[tokio::test]
+async fn removing_an_installed_uninstall_enabled_package_is_refused() {
+    let (app, _, _) = build(cluster());
+    let (_, review) = post(
+        &app,
+        "/validate-nodewright",
+        fixture("validate-update-remove-installed-package.json"),
+    )
+    .await;
+    assert_eq!(review["response"]["allowed"], false, "{review}");
+    let message = review["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("driver-tools") && message.contains("uninstall.apply"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_policy_in_use_cannot_be_deleted_and_an_unused_one_can() {
+    let (app, _, _) = build(cluster());
+    let (_, review) = post(
+        &app,
+        "/validate-deploymentpolicy",
+        fixture("validate-delete-policy.json"),
+    )
+    .await;
+    assert_eq!(review["response"]["allowed"], false);
+    let message = review["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("gpu-host-setup") && message.contains("other"),
+        "{message}"
+    );
+
+    let (app, _, _) = build(StaticView::default());
+    let (_, review) = post(
+        &app,
+        "/validate-deploymentpolicy",
+        fixture("validate-delete-policy.json"),
+    )
+    .await;
+    assert_eq!(review["response"]["allowed"], true, "{review}");
+}
+
+#[tokio::test]
+async fn hostile_or_misdirected_input_gets_a_clear_answer() {
+    let (app, metrics, _) = build(cluster());
+    for (file, want_status, needle) in [
+        ("malformed.json", StatusCode::BAD_REQUEST, "not JSON"),
+        (
+            "missing-request.json",
+            StatusCode::BAD_REQUEST,
+            "no request",
+        ),
+        (
+            "wrong-version-v1beta1.json",
+            StatusCode::BAD_REQUEST,
+            "admission.k8s.io/v1",
+        ),
+        ("wrong-kind-pod.json", StatusCode::OK, "received Pod"),
+        ("missing-object.json", StatusCode::OK, "carries no object"),
+    ] {
+        let (status, review) = post(&app, "/validate-nodewright", fixture(file)).await;
+        assert_eq!(status, want_status, "{file}: {review}");
+        assert_eq!(review["response"]["allowed"], false, "{file}");
+        let message = review["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(message.contains(needle), "{file}: {message}");
+    }
+    assert!(
+        metrics
+            .encode()
+            .contains(r#"operation="unknown",result="error"} 3"#)
+    );
+
+    // Not JSON at all, and a body over the limit.
+    let (status, _) = post(&app, "/validate-nodewright", b"\x00\xff garbage".to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = post(&app, "/validate-nodewright", vec![b' '; MAX_BODY + 1]).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn readiness_waits_for_certificate_and_caches() {
+    let (app, _, ready) = build(cluster());
+    let get = |path: &'static str| {
+        let app = app.clone();
+        async move {
+            let r = app
+                .oneshot(Request::get(path).body(Body::empty()).expect("request"))
+                .await
+                .expect("answer");
+            r.status()
+        }
+    };
+    assert_eq!(get("/healthz").await, StatusCode::OK);
+    assert_eq!(get("/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
+    ready
+        .caches_synced
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        get("/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "still no certificate"
+    );
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+    ready.certs.set(
+        nodewright_webhook::tls::load_pem(
+            cert.cert.pem().as_bytes(),
+            cert.signing_key.serialize_pem().as_bytes(),
+        )
+        .expect("pair"),
+    );
+    assert_eq!(get("/readyz").await, StatusCode::OK);
+    ready
+        .draining
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(get("/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
+}

@@ -1,0 +1,262 @@
+//! Real TLS: the server on 127.0.0.1 with certificate files laid out the way the kubelet mounts a
+//! Secret (`tls.crt -> ..data/tls.crt`, `..data -> ..<timestamp>/`), rotated by the kubelet's atomic
+//! symlink swap while clients hammer it. No request may fail, and clients must see the new
+//! certificate without a restart.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use nodewright_shared::defaults::OperatorDefaults;
+use nodewright_webhook::cache::StaticView;
+use nodewright_webhook::metrics::Metrics;
+use nodewright_webhook::routes::{AppState, Readiness, router};
+use nodewright_webhook::server::{Limits, serve_tls};
+use nodewright_webhook::tls::{self, CertStore};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+fn ca() -> Ca {
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "test webhook CA");
+    let key = KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("self-signed");
+    Ca {
+        pem: cert.pem(),
+        issuer: Issuer::new(params, key),
+    }
+}
+
+/// A leaf for 127.0.0.1 and localhost signed by `ca`; (cert PEM, key PEM, cert DER).
+fn leaf(ca: &Ca, cn: &str) -> (String, String, Vec<u8>) {
+    let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("params");
+    params.distinguished_name.push(DnType::CommonName, cn);
+    let key = KeyPair::generate().expect("key");
+    let cert = params.signed_by(&key, &ca.issuer).expect("signed");
+    (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+}
+
+/// Writes a new timestamped directory and swaps `..data` to it atomically, as the kubelet does.
+fn kubelet_publish(dir: &Path, generation: usize, cert: &str, key: &str) {
+    let versioned = dir.join(format!("..2026_11_29_20_00_{generation:02}"));
+    std::fs::create_dir(&versioned).expect("versioned dir");
+    std::fs::write(versioned.join("tls.crt"), cert).expect("write cert");
+    std::fs::write(versioned.join("tls.key"), key).expect("write key");
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(versioned.file_name().expect("name"), &tmp).expect("tmp link");
+    std::fs::rename(&tmp, dir.join("..data")).expect("atomic swap");
+    for name in ["tls.crt", "tls.key"] {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &link).expect("file link");
+        }
+    }
+}
+
+fn validate_body() -> Vec<u8> {
+    let path = format!(
+        "{}/tests/fixtures/validate-create-nodewright.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(path).expect("fixture")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_rotates_under_load_without_a_failed_request() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = ca();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let leaves: Vec<_> = (0..3).map(|i| leaf(&ca, &format!("webhook-{i}"))).collect();
+    kubelet_publish(dir.path(), 0, &leaves[0].0, &leaves[0].1);
+
+    let certs = CertStore::new();
+    let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    tls::load_files(&certs, &cert_path, &key_path)
+        .await
+        .expect("initial certificate");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(tls::watch_files(
+        certs.clone(),
+        cert_path,
+        key_path,
+        Duration::from_millis(20),
+        stop_rx.clone(),
+    ));
+    let ready = Readiness::new(certs.clone());
+    let state = Arc::new(AppState {
+        defaults: OperatorDefaults::default(),
+        cluster: Arc::new(StaticView {
+            policies: vec!["gpu-rollout".into()],
+            users: vec![],
+        }),
+        metrics: Metrics::new(),
+        ready,
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(serve_tls(
+        listener,
+        Arc::new(tls::server_config(certs.clone()).expect("tls config")),
+        router(state, 8 << 20, Duration::from_secs(10)),
+        Limits {
+            read_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(5),
+        },
+        stop_rx,
+    ));
+
+    let root = reqwest::Certificate::from_pem(ca.pem.as_bytes()).expect("root");
+    let url = format!("https://localhost:{}/validate-nodewright", addr.port());
+    let body = Arc::new(validate_body());
+    let done = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<std::sync::Mutex<std::collections::BTreeSet<Vec<u8>>>> = Arc::default();
+    let mut clients = Vec::new();
+    for i in 0..16 {
+        // Half the clients reuse connections (in flight across the swap); the other half make a
+        // full handshake for every request (no pooling, no TLS session resumption), so they see
+        // each new certificate as soon as it is served.
+        let builder = reqwest::Client::builder()
+            .resolve("localhost", addr)
+            .tls_info(true)
+            .timeout(Duration::from_secs(10));
+        let builder = if i % 2 == 1 {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls_pemfile::certs(&mut ca.pem.as_bytes()) {
+                roots.add(c.expect("ca pem")).expect("root");
+            }
+            let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            tls.resumption = rustls::client::Resumption::disabled();
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+            builder.use_preconfigured_tls(tls).pool_max_idle_per_host(0)
+        } else {
+            builder
+                .use_rustls_tls()
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(root.clone())
+        };
+        let client = builder.build().expect("client");
+        let (url, body, done, ok, seen) = (
+            url.clone(),
+            body.clone(),
+            done.clone(),
+            ok.clone(),
+            seen.clone(),
+        );
+        clients.push(tokio::spawn(async move {
+            let mut failures = Vec::new();
+            // Bounded: stops when told, or after 20k requests per client at most.
+            for _ in 0..20_000 {
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
+                match client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.to_vec())
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status().is_success() => {
+                        let peer = r
+                            .extensions()
+                            .get::<reqwest::tls::TlsInfo>()
+                            .and_then(|i| i.peer_certificate());
+                        if let Some(der) = peer {
+                            seen.lock().expect("lock").insert(der.to_vec());
+                        }
+                        match r.json::<serde_json::Value>().await {
+                            Ok(v) if v["response"]["allowed"] == true => {
+                                ok.fetch_add(1, Ordering::SeqCst);
+                            }
+                            other => failures.push(format!("unexpected review: {other:?}")),
+                        }
+                    }
+                    Ok(r) => failures.push(format!("HTTP {}", r.status())),
+                    Err(e) => failures.push(format!("request failed: {e:?}")),
+                }
+            }
+            failures
+        }));
+    }
+
+    // Rotate twice while the load runs, waiting for each new certificate to be served.
+    for (generation, (cert, key, der)) in leaves.iter().enumerate().skip(1) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        kubelet_publish(dir.path(), generation, cert, key);
+        let mut served = false;
+        for _ in 0..200 {
+            if certs.leaf_der().as_deref() == Some(der.as_slice())
+                && seen.lock().expect("lock").contains(der)
+            {
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(
+            served,
+            "certificate generation {generation} was never served to a client (store generation {}, store has it: {}, distinct certificates seen: {}, requests ok: {})",
+            certs.generation(),
+            certs.leaf_der().as_deref() == Some(der.as_slice()),
+            seen.lock().expect("lock").len(),
+            ok.load(Ordering::SeqCst)
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    done.store(true, Ordering::SeqCst);
+    let mut failures = Vec::new();
+    for c in clients {
+        failures.extend(c.await.expect("client task"));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed requests, first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(
+        ok.load(Ordering::SeqCst) > 100,
+        "too few requests to mean anything"
+    );
+    let seen = seen.lock().expect("lock").clone();
+    for (i, (_, _, der)) in leaves.iter().enumerate() {
+        assert!(seen.contains(der), "clients never saw certificate {i}");
+    }
+    assert_eq!(certs.generation(), 3);
+
+    // A broken update (key of another certificate) is ignored: the last good certificate keeps serving.
+    let stray = leaf(&ca, "stray");
+    kubelet_publish(dir.path(), 9, &leaves[0].0, &stray.1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(certs.leaf_der().as_deref(), Some(leaves[2].2.as_slice()));
+
+    // Stop: the listener closes and the server returns after draining.
+    let _ = stop_tx.send(true);
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("server stops")
+        .expect("server task");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "listener still open after stop"
+    );
+}
