@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Starts a local Kubernetes control plane for NodeWright's tests and demo:
+#   etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok-controller,
+# run as plain processes by kwokctl's binary runtime from the binaries build.sh made, plus N
+# fake nodes that kwok keeps Ready and whose pods follow the Stages in stages/ (pod fates).
+# Installs every crds/*.yaml of the repository and waits until all of it is usable.
+#
+# Usage: tests/controlplane/up.sh [--name NAME] [--nodes N] [--owner-pid PID] [--timeout SECONDS]
+#                                   [--no-crds]
+#   --name       cluster name (default: nodewright); two names can run at once (free ports are
+#                picked per cluster)
+#   --nodes      number of fake nodes, kwok-node-0..N-1 (default: 3)
+#   --owner-pid  the process the cluster belongs to (the Rust fixture passes its own pid); a
+#                later up.sh deletes clusters whose owner has died without tearing them down
+#   --timeout    seconds to wait for readiness (default: 300)
+#   --no-crds    do not install crds/*.yaml (a suite that installs them itself, or a test of a
+#                broken CRD that should not stop every other test)
+#
+# Stdout is shell: `eval "$(tests/controlplane/up.sh)"` sets KUBECONFIG. Progress goes to stderr.
+# Component logs: ${NODEWRIGHT_LOGS:-<cache>/logs}/<name>/ (kept after down.sh).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib.sh
+source "${here}/lib.sh"
+repo="$(cd "${here}/../.." && pwd)"
+
+name=nodewright
+nodes=3
+owner_pid=""
+timeout=300
+install_crds=true
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --name) name="$2"; shift 2 ;;
+    --nodes) nodes="$2"; shift 2 ;;
+    --owner-pid) owner_pid="$2"; shift 2 ;;
+    --timeout) timeout="$2"; shift 2 ;;
+    --no-crds) install_crds=false; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) cp_die "unknown argument $1 (see --help)" ;;
+  esac
+done
+[[ "${name}" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || cp_die "--name must be a DNS label, got '${name}'"
+[[ "${nodes}" =~ ^[0-9]+$ ]] || cp_die "--nodes must be a number, got '${nodes}'"
+
+bin_dir="$("${here}/build.sh" | tail -n 1)"
+export PATH="${bin_dir}:${PATH}"
+cp_kwok_env
+cluster_dir="$(cp_cluster_dir "${name}")"
+logs_dir="$(cp_logs_dir "${name}")"
+
+cp_gc_orphans
+
+if [[ -e "${cluster_dir}" ]]; then
+  cp_die "cluster '${name}' already exists (${cluster_dir}); stop it with tests/controlplane/down.sh --name ${name}"
+fi
+
+mkdir -p "$(dirname "${logs_dir}")"
+# Logs of clusters stopped more than three days ago are old news.
+find "$(dirname "${logs_dir}")" -mindepth 1 -maxdepth 1 -mtime +3 -exec rm -rf {} + 2>/dev/null || true
+rm -rf "${logs_dir}"
+mkdir -p "${logs_dir}"
+up_log="${logs_dir}/up.log"
+
+# A failed start tears the cluster down (its logs are kept) so nothing is left running.
+fail() {
+  echo "error: $*" >&2
+  cp_stop_cluster "${name}" >&2 || true
+  echo "error: component logs: ${logs_dir}" >&2
+  exit 1
+}
+
+config="$(mktemp)"
+nodes_yaml="$(mktemp)"
+trap 'rm -f "${config}" "${nodes_yaml}"' EXIT
+
+# Every binary is local: the defaults are download URLs, unreachable here and not reproducible.
+cat >"${config}" <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+  securePort: true
+  # RBAC and the default admission chain (webhooks, ServiceAccount, NamespaceLifecycle, ...)
+  # as on a real cluster: the product's webhooks and least-privilege RBAC are tested here.
+  kubeAuthorization: true
+  kubeAdmission: true
+  # Hundreds of kwok nodes renew leases often; client-side throttling would let them expire.
+  disableQPSLimits: true
+  etcdBinary: ${bin_dir}/etcd
+  kubeApiserverBinary: ${bin_dir}/kube-apiserver
+  kubeControllerManagerBinary: ${bin_dir}/kube-controller-manager
+  kubeSchedulerBinary: ${bin_dir}/kube-scheduler
+  kwokControllerBinary: ${bin_dir}/kwok
+  kubectlBinary: ${bin_dir}/kubectl
+EOF
+
+echo "up.sh: starting cluster '${name}' (logs: ${logs_dir})" >&2
+t0=$(date +%s)
+# Serialise creation: kwokctl picks free ports by probing, so two creations at the same moment
+# could pick the same one. The lock is held only while the processes start; kwokctl does not get
+# the lock's descriptor (8>&-), or every component would inherit it.
+exec 8>"$(cp_cache_root)/kwok/.create.lock"
+flock 8
+if ! kwokctl create cluster --name "${name}" --kubeconfig "" \
+    -c "${config}" -c "${here}/stages/node.yaml" -c "${here}/stages/pod.yaml" \
+    --timeout "${timeout}s" --wait "${timeout}s" >>"${up_log}" 2>&1 8>&-; then
+  flock -u 8
+  tail -n 30 "${up_log}" >&2
+  fail "kwokctl create cluster failed"
+fi
+flock -u 8
+if [[ -n "${owner_pid}" ]]; then
+  owner_start="$(cp_proc_start "${owner_pid}")"
+  echo "${owner_pid} ${owner_start}" >"${cluster_dir}/nodewright-owner"
+  # The watcher: stops the cluster as soon as the owner exits, however it exits (a test binary
+  # holding the cluster in a static never runs a destructor; SIGKILL runs nothing). setsid keeps
+  # it out of the owner's process group (Ctrl-C), and it holds none of our stdout, so the
+  # caller's read of this script's output ends when the script does.
+  # shellcheck disable=SC2016 # the script is expanded by the inner bash, from its arguments
+  setsid bash -c '
+    source "$1"
+    while [[ "$(cp_proc_start "$2")" == "$3" && -d "$5" ]]; do sleep 1; done
+    [[ -d "$5" ]] && "$4" --name "$6"
+  ' nodewright-watch "${here}/lib.sh" "${owner_pid}" "${owner_start}" "${here}/down.sh" \
+    "${cluster_dir}" "${name}" </dev/null >>"${logs_dir}/watcher.log" 2>&1 8>&- &
+fi
+# The live logs, under the name tests print; down.sh replaces the link with a copy.
+ln -sfn "${cluster_dir}/logs" "${logs_dir}/components"
+
+kubeconfig="${cluster_dir}/kubeconfig.yaml"
+[[ -f "${kubeconfig}" ]] || fail "kwokctl did not write ${kubeconfig}"
+k() { kubectl --kubeconfig "${kubeconfig}" "$@"; }
+
+# Fake nodes. The annotation is kwok's convention (and what a kind/kwok mixed cluster selects on).
+{
+  echo "apiVersion: v1"
+  echo "kind: List"
+  echo "items:"
+  for ((i = 0; i < nodes; i++)); do
+    cat <<EOF
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: kwok-node-${i}
+    annotations:
+      kwok.x-k8s.io/node: fake
+      node.alpha.kubernetes.io/ttl: "0"
+    labels:
+      type: kwok
+      kubernetes.io/arch: amd64
+      kubernetes.io/os: linux
+      kubernetes.io/hostname: kwok-node-${i}
+      node.kubernetes.io/instance-type: kwok
+  spec: {}
+EOF
+  done
+} >"${nodes_yaml}"
+if ((nodes > 0)); then
+  k create -f "${nodes_yaml}" >>"${up_log}" 2>&1 || fail "creating ${nodes} nodes failed (see ${up_log})"
+  k wait --for=condition=Ready node --all --timeout="${timeout}s" >>"${up_log}" 2>&1 \
+    || fail "nodes did not become Ready within ${timeout}s"
+fi
+
+# Pods cannot be created in a namespace before its default ServiceAccount exists.
+deadline=$(( $(date +%s) + timeout ))
+until k -n default get serviceaccount default >/dev/null 2>&1; do
+  (( $(date +%s) < deadline )) || fail "the default ServiceAccount never appeared (kube-controller-manager not working?)"
+  sleep 0.5
+done
+
+shopt -s nullglob
+crds=("${repo}"/crds/*.yaml)
+if ${install_crds} && ((${#crds[@]} > 0)); then
+  for f in "${crds[@]}"; do
+    k apply --server-side -f "${f}" >>"${up_log}" 2>&1 || fail "installing ${f} failed (see ${up_log})"
+  done
+  k wait --for=condition=Established crd --all --timeout="${timeout}s" >>"${up_log}" 2>&1 \
+    || fail "CRDs did not become Established"
+fi
+
+echo "up.sh: cluster '${name}' ready with ${nodes} nodes in $(( $(date +%s) - t0 ))s" >&2
+echo "# cluster ${name}: ${nodes} kwok nodes; logs in ${logs_dir}; stop with tests/controlplane/down.sh --name ${name}"
+echo "export NODEWRIGHT_LOGS_DIR=${logs_dir}"
+echo "export NODEWRIGHT_BIN_DIR=${bin_dir}"
+echo "export KUBECONFIG=${kubeconfig}"
