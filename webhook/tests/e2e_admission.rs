@@ -78,7 +78,12 @@ async fn wait_ready(webhook: &Webhook, ca_pem: &str) {
         .expect("client");
     let url = format!("https://127.0.0.1:{}/readyz", webhook.port);
     for _ in 0..300 {
-        if client.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+        if client
+            .get(&url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
