@@ -15,8 +15,8 @@ tests/controlplane/build.sh >&2
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "generated CRDs are up to date"
-cargo run --quiet -p nodewright-shared --bin crdgen -- --check
+step "generated CRDs (crds/ and the chart's copy) are up to date"
+cargo run --quiet -p nodewright-shared --bin crdgen -- --check crds chart/files/crds
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -4,6 +4,19 @@
 //! so the CA is long-lived and the serving certificate, which names the webhook Service's DNS names
 //! (or `127.0.0.1` for a webhook served outside the cluster), is the part that rotates.
 //! ECDSA P-256 keys: small, fast to generate and to handshake, accepted by every Kubernetes client.
+//!
+//! Rotation (when to make a new CA or serving certificate, and which CAs the published `caBundle`
+//! holds meanwhile) is decided by pure functions in [`rotation`], over facts [`inspect`] reads from
+//! the PEM material, and carried out by [`material::apply`]. The operator's certificate controller
+//! only reads and writes Kubernetes objects around them.
+
+pub mod inspect;
+pub mod material;
+pub mod rotation;
+
+/// The `time` crate of this API (`OffsetDateTime` in [`rotation::plan`]), so callers need not
+/// depend on a matching version themselves.
+pub use time;
 
 use std::time::Duration;
 
@@ -42,18 +55,54 @@ pub struct CertificateAuthority {
     pem: PemPair,
 }
 
-fn validity_window(params: &mut CertificateParams, validity: Duration) -> Result<(), CertError> {
-    let now = OffsetDateTime::now_utc();
-    let span = time::Duration::try_from(validity).map_err(|_| CertError::Validity(validity))?;
-    // Back-date a little: clocks of the apiserver and the webhook host are never exactly equal.
-    params.not_before = now - time::Duration::minutes(5);
-    params.not_after = now.checked_add(span).ok_or(CertError::Validity(validity))?;
-    Ok(())
+/// How far `notBefore` is set before the moment a certificate is made: clocks of the apiserver and
+/// the webhook host are never exactly equal. [`inspect`] adds it back to tell when a certificate was
+/// made.
+pub const BACKDATE: Duration = Duration::from_secs(5 * 60);
+
+/// A certificate's validity window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    /// `notBefore`.
+    pub not_before: OffsetDateTime,
+    /// `notAfter`.
+    pub not_after: OffsetDateTime,
+}
+
+impl Validity {
+    /// Valid from [`BACKDATE`] before `now` until `now + validity`.
+    pub fn starting_at(now: OffsetDateTime, validity: Duration) -> Result<Self, CertError> {
+        let span = time::Duration::try_from(validity).map_err(|_| CertError::Validity(validity))?;
+        let backdate =
+            time::Duration::try_from(BACKDATE).map_err(|_| CertError::Validity(validity))?;
+        Ok(Validity {
+            not_before: now
+                .checked_sub(backdate)
+                .ok_or(CertError::Validity(validity))?,
+            not_after: now.checked_add(span).ok_or(CertError::Validity(validity))?,
+        })
+    }
+
+    /// Valid from (a little before) now for `validity`.
+    pub fn from_now(validity: Duration) -> Result<Self, CertError> {
+        Self::starting_at(OffsetDateTime::now_utc(), validity)
+    }
+}
+
+fn validity_window(params: &mut CertificateParams, validity: Validity) {
+    params.not_before = validity.not_before;
+    params.not_after = validity.not_after;
 }
 
 impl CertificateAuthority {
     /// A new self-signed CA named `common_name`, valid for `validity`.
     pub fn generate(common_name: &str, validity: Duration) -> Result<Self, CertError> {
+        Self::generate_with(common_name, Validity::from_now(validity)?)
+    }
+
+    /// A new self-signed CA named `common_name` with the given validity window (tests use windows in
+    /// the past to exercise renewal).
+    pub fn generate_with(common_name: &str, validity: Validity) -> Result<Self, CertError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params
@@ -67,7 +116,7 @@ impl CertificateAuthority {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        validity_window(&mut params, validity)?;
+        validity_window(&mut params, validity);
         let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
         let pem = PemPair {
@@ -102,6 +151,15 @@ impl CertificateAuthority {
         names: &[String],
         validity: Duration,
     ) -> Result<PemPair, CertError> {
+        self.issue_serving_with(names, Validity::from_now(validity)?)
+    }
+
+    /// As [`CertificateAuthority::issue_serving`], with the given validity window.
+    pub fn issue_serving_with(
+        &self,
+        names: &[String],
+        validity: Validity,
+    ) -> Result<PemPair, CertError> {
         let first = names.first().ok_or(CertError::NoNames)?;
         let mut params = CertificateParams::new(names.to_vec())?;
         params
@@ -112,7 +170,7 @@ impl CertificateAuthority {
             KeyUsagePurpose::KeyEncipherment,
         ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        validity_window(&mut params, validity)?;
+        validity_window(&mut params, validity);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(PemPair {

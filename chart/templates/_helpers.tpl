@@ -1,0 +1,154 @@
+{{/*
+Names. Namespaced objects are named `<fullname>-<component>`; cluster-scoped objects (RBAC, webhook
+configurations) are named `<namespace>.<fullname>-<component>`, so two releases never share a name,
+even releases with the same name in different namespaces.
+*/}}
+
+{{- define "nodewright.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of every name: at most 40 characters, so `-operator-metrics` etc. still fit 63. */}}
+{{- define "nodewright.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nodewright.clusterName" -}}
+{{- printf "%s.%s" .Release.Namespace (include "nodewright.fullname" .) -}}
+{{- end -}}
+
+{{- define "nodewright.operatorName" -}}{{ include "nodewright.fullname" . }}-operator{{- end -}}
+{{- define "nodewright.webhookName" -}}{{ include "nodewright.fullname" . }}-webhook{{- end -}}
+{{- define "nodewright.defaultsName" -}}{{ include "nodewright.fullname" . }}-defaults{{- end -}}
+{{- define "nodewright.caSecretName" -}}{{ include "nodewright.fullname" . }}-webhook-ca{{- end -}}
+
+{{/* The Secret the webhook serves from. */}}
+{{- define "nodewright.tlsSecretName" -}}
+{{- if eq .Values.certs.mode "provided" -}}
+{{- .Values.certs.provided.secretName -}}
+{{- else -}}
+{{- include "nodewright.fullname" . }}-webhook-tls
+{{- end -}}
+{{- end -}}
+
+{{/* Both webhook configurations share this name (they are different kinds). */}}
+{{- define "nodewright.webhookConfigName" -}}{{ include "nodewright.clusterName" . }}-webhook{{- end -}}
+
+{{- define "nodewright.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "nodewright.labels" -}}
+helm.sh/chart: {{ include "nodewright.chart" . }}
+app.kubernetes.io/name: {{ include "nodewright.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: nodewright
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "operator"). */}}
+{{- define "nodewright.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nodewright.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "nodewright.componentLabels" -}}
+{{ include "nodewright.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* An image reference: (dict "image" .Values.operator.image "ctx" $). A digest pins it. */}}
+{{- define "nodewright.image" -}}
+{{- $tag := default .ctx.Chart.AppVersion .image.tag -}}
+{{- if .image.digest -}}
+{{- if .image.tag -}}
+{{- printf "%s:%s@%s" .image.repository .image.tag .image.digest -}}
+{{- else -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- end -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The host of webhook.url (for the serving certificate's names). */}}
+{{- define "nodewright.urlHost" -}}
+{{- if .Values.webhook.url -}}
+{{- (urlParse .Values.webhook.url).hostname -}}
+{{- end -}}
+{{- end -}}
+
+{{/* DNS names of the webhook Service. */}}
+{{- define "nodewright.serviceNames" -}}
+{{- $svc := include "nodewright.webhookName" . -}}
+{{- $ns := .Release.Namespace -}}
+- {{ $svc }}
+- {{ $svc }}.{{ $ns }}
+- {{ $svc }}.{{ $ns }}.svc
+- {{ $svc }}.{{ $ns }}.svc.{{ .Values.certs.selfManaged.clusterDomain }}
+{{- end -}}
+
+{{/* clientConfig of one webhook: (dict "ctx" $ "path" "/mutate-nodewright"). */}}
+{{- define "nodewright.clientConfig" -}}
+{{- $v := .ctx.Values -}}
+{{- if $v.webhook.url }}
+url: {{ printf "%s%s" (trimSuffix "/" $v.webhook.url) .path | quote }}
+{{- else }}
+service:
+  name: {{ include "nodewright.webhookName" .ctx }}
+  namespace: {{ .ctx.Release.Namespace }}
+  path: {{ .path | quote }}
+  port: {{ $v.webhook.service.port }}
+{{- end }}
+{{- if eq $v.certs.mode "provided" }}
+caBundle: {{ $v.certs.provided.caBundle | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Settings every webhook entry shares. */}}
+{{- define "nodewright.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+matchPolicy: Equivalent
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+{{- end -}}
+
+{{/* Annotations of both webhook configurations. */}}
+{{- define "nodewright.webhookConfigAnnotations" -}}
+{{- if eq .Values.certs.mode "cert-manager" }}
+annotations:
+  # cert-manager's cainjector keeps caBundle equal to the serving certificate's CA.
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "nodewright.tlsSecretName" . }}
+{{- end }}
+{{- end -}}
+
+{{/* Checksum of the shared defaults, so a change rolls both Deployments. */}}
+{{- define "nodewright.defaultsChecksum" -}}
+{{- toJson .Values.defaults | sha256sum -}}
+{{- end -}}
+
+{{/* Rules of one webhook: (dict "resource" "nodewrights" "operations" "\"CREATE\""). */}}
+{{- define "nodewright.rules" -}}
+rules:
+  - apiGroups: ["nodewright.nvidia.com"]
+    apiVersions: ["v1alpha1"]
+    resources: [{{ .resource | quote }}]
+    operations: [{{ .operations }}]
+    scope: Cluster
+{{- end -}}

@@ -1,0 +1,133 @@
+//! The `caBundle` of both webhook configurations: read what is published, and patch only the
+//! entries that differ from the stored bundle.
+//!
+//! The configurations belong to the chart (Helm creates them, without caBundle in self-managed
+//! mode); this controller never creates or deletes them and touches nothing but
+//! `webhooks[*].clientConfig.caBundle`. A strategic merge patch keyed by webhook name does exactly
+//! that, and leaves the rest of each entry to its owner.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Api, Patch, PatchParams};
+use nodewright_certs::material::needs_publish;
+use serde_json::json;
+use tracing::info;
+
+use super::Error;
+
+/// The webhook entries of one configuration: name and published caBundle (PEM text).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Published {
+    /// Whether the configuration exists.
+    pub exists: bool,
+    /// `(webhook name, caBundle)` per entry.
+    pub entries: Vec<(String, String)>,
+}
+
+impl Published {
+    /// The published bundles, for the policy.
+    pub fn bundles(&self) -> impl Iterator<Item = String> + '_ {
+        self.entries.iter().map(|(_, b)| b.clone())
+    }
+
+    /// The names of the entries whose caBundle is not `bundle`.
+    pub fn stale(&self, bundle: &str) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|(_, published)| needs_publish(bundle, published))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+}
+
+fn pem(bundle: Option<&ByteString>) -> String {
+    bundle
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+fn kube_err(action: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { action, source }
+}
+
+/// Reads the MutatingWebhookConfiguration `name`.
+pub async fn read_mutating(
+    api: &Api<MutatingWebhookConfiguration>,
+    name: &str,
+) -> Result<Published, Error> {
+    let found = api.get_opt(name).await.map_err(kube_err(format!(
+        "reading MutatingWebhookConfiguration {name}"
+    )))?;
+    Ok(match found {
+        None => Published::default(),
+        Some(c) => Published {
+            exists: true,
+            entries: c
+                .webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| (w.name, pem(w.client_config.ca_bundle.as_ref())))
+                .collect(),
+        },
+    })
+}
+
+/// Reads the ValidatingWebhookConfiguration `name`.
+pub async fn read_validating(
+    api: &Api<ValidatingWebhookConfiguration>,
+    name: &str,
+) -> Result<Published, Error> {
+    let found = api.get_opt(name).await.map_err(kube_err(format!(
+        "reading ValidatingWebhookConfiguration {name}"
+    )))?;
+    Ok(match found {
+        None => Published::default(),
+        Some(c) => Published {
+            exists: true,
+            entries: c
+                .webhooks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|w| (w.name, pem(w.client_config.ca_bundle.as_ref())))
+                .collect(),
+        },
+    })
+}
+
+/// The strategic merge patch setting `bundle` as the caBundle of the entries `names`.
+pub fn patch_body(names: &[String], bundle: &str) -> serde_json::Value {
+    let ca = ByteString(bundle.as_bytes().to_vec());
+    let webhooks: Vec<serde_json::Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "clientConfig": {"caBundle": ca}}))
+        .collect();
+    json!({ "webhooks": webhooks })
+}
+
+/// Patches the stale entries of one configuration (of kind `K`). Returns whether it wrote.
+pub async fn publish<K>(
+    api: &Api<K>,
+    kind: &str,
+    name: &str,
+    published: &Published,
+    bundle: &str,
+) -> Result<bool, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let stale = published.stale(bundle);
+    if !published.exists || stale.is_empty() {
+        return Ok(false);
+    }
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(patch_body(&stale, bundle)),
+    )
+    .await
+    .map_err(kube_err(format!("patching caBundle of {kind} {name}")))?;
+    info!(%kind, configuration = %name, webhooks = ?stale, "published the webhook CA bundle");
+    Ok(true)
+}

@@ -1,0 +1,714 @@
+//! The chart installed with helm into the local control plane, used as an administrator would:
+//! every object is created; the ServiceAccounts can do what their service needs and nothing more
+//! (`kubectl auth can-i`); the operator's certificate controller, running with the operator's
+//! ServiceAccount token and the chart's env, injects caBundle; the webhook binary, running locally
+//! with the webhook's token and the chart's env (URL clientConfig mode, 127.0.0.1), rejects an
+//! invalid NodeWright through the chart's webhook configurations; `helm upgrade` keeps admission
+//! working and rotates nothing; `helm uninstall` leaves nothing behind.
+//!
+//! No container runs in this cluster, so the services are the local binaries (the webhook) and the
+//! controller module compiled into this test (the operator's certificate controller).
+
+mod chart_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use chart_support::{chart_dir, container, env, env_value, find, parse_manifest, repo_dir};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use nodewright_e2e::{Cluster, ClusterOptions};
+use nodewright_operator::webhook_certs::{self, Settings};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const REL: &str = "nw";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `kubectl auth can-i` as a ServiceAccount: true for "yes" (kubectl exits 1 on "no").
+async fn can_i(cluster: &Cluster, ns: &str, sa: &str, args: &[&str]) -> bool {
+    let kubectl = cluster
+        .binary("kubectl")
+        .unwrap_or_else(|| "kubectl".into());
+    let output = tokio::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["auth", "can-i"])
+        .args(args)
+        .arg(format!("--as=system:serviceaccount:{ns}:{sa}"))
+        .output()
+        .await
+        .expect("kubectl runs");
+    String::from_utf8_lossy(&output.stdout).trim() == "yes"
+}
+
+/// A kubeconfig for the cluster that authenticates with a ServiceAccount token.
+async fn token_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, dir: &Path) -> PathBuf {
+    let token = cluster
+        .kubectl(&["create", "token", sa, "-n", ns, "--duration", "1h"])
+        .await
+        .expect("create token");
+    let view: Value = serde_json::from_str(
+        &cluster
+            .kubectl(&["config", "view", "--raw", "--minify", "-o", "json"])
+            .await
+            .expect("config view"),
+    )
+    .expect("kubeconfig json");
+    // The admin kubeconfig's cluster entry as is (server and CA, as data or as a file path).
+    let cluster_entry = view["clusters"][0]["cluster"].clone();
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster_entry}],
+        "users": [{"name": sa, "user": {"token": token.trim()}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": sa, "namespace": ns}}],
+        "current-context": "c",
+    });
+    let path = dir.join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_vec(&config).expect("json")).expect("write kubeconfig");
+    path
+}
+
+async fn client_from(path: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("client config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Builds the webhook binary into this test's target directory (a no-op when it is current).
+fn webhook_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("NODEWRIGHT_WEBHOOK_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable");
+    // <target>/debug/deps/<test> -> <target>/debug
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir")
+        .to_path_buf();
+    let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "nodewright-webhook",
+            "--bin",
+            "nodewright-webhook",
+        ])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .current_dir(repo_dir())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building nodewright-webhook failed");
+    profile_dir.join("nodewright-webhook")
+}
+
+/// Kubernetes objects of a manifest as (kind, namespace, name).
+fn objects(docs: &[Value]) -> Vec<(String, Option<String>, String)> {
+    docs.iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or_default().to_owned(),
+                d["metadata"]["namespace"].as_str().map(str::to_owned),
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn exists(cluster: &Cluster, kind: &str, ns: Option<&str>, name: &str) -> bool {
+    let target = format!("{}/{name}", kind.to_lowercase());
+    let mut args = vec!["get", target.as_str(), "-o", "name", "--ignore-not-found"];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    !cluster
+        .kubectl(&args)
+        .await
+        .expect("kubectl get")
+        .trim()
+        .is_empty()
+}
+
+/// Every caBundle of both configurations (empty strings where absent).
+async fn bundles(client: &kube::Client, name: &str) -> Vec<String> {
+    let m = webhook_certs::publish::read_mutating(
+        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        name,
+    )
+    .await
+    .expect("mutating");
+    let v = webhook_certs::publish::read_validating(
+        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        name,
+    )
+    .await
+    .expect("validating");
+    m.bundles().chain(v.bundles()).collect()
+}
+
+const VALID: &str = r#"apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: chart-valid
+spec:
+  packages:
+    tool:
+      version: 1.0.0
+      image: ghcr.io/example/tool
+"#;
+
+#[tokio::test]
+async fn install_admit_upgrade_uninstall() {
+    let cluster = Cluster::start(ClusterOptions {
+        install_crds: false,
+        ..ClusterOptions::default()
+    })
+    .await
+    .expect("cluster");
+    let admin = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("chart").await.expect("namespace");
+    let work = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let chart = chart_dir();
+    let chart = chart.to_string_lossy();
+    let url = format!("--set=webhook.url=https://127.0.0.1:{port}");
+
+    // Install.
+    cluster
+        .helm(&[
+            "install",
+            REL,
+            &chart,
+            "-n",
+            &ns,
+            &url,
+            "--set=crds.keep=false",
+        ])
+        .await
+        .expect("helm install");
+    let manifest = parse_manifest(
+        &cluster
+            .helm(&["get", "manifest", REL, "-n", &ns])
+            .await
+            .expect("manifest"),
+    );
+    let objs = objects(&manifest);
+    assert_eq!(objs.len(), 24, "{objs:?}");
+    for (kind, obj_ns, name) in &objs {
+        assert!(
+            exists(&cluster, kind, obj_ns.as_deref(), name).await,
+            "{kind} {name} was not created ({})",
+            cluster.describe()
+        );
+    }
+    for crd in [
+        "nodewrights.nodewright.nvidia.com",
+        "deploymentpolicies.nodewright.nvidia.com",
+    ] {
+        cluster
+            .kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}"),
+                "--timeout=60s",
+            ])
+            .await
+            .expect("CRD established");
+    }
+
+    // A second release of the same name in another namespace installs alongside (CRDs belong to
+    // the first) and goes away without touching the first.
+    let ns2 = cluster
+        .create_namespace("chart-second")
+        .await
+        .expect("namespace");
+    cluster
+        .helm(&[
+            "install",
+            REL,
+            &chart,
+            "-n",
+            &ns2,
+            "--set=crds.install=false",
+        ])
+        .await
+        .expect("a second release installs alongside the first");
+    let cluster_scoped = || async {
+        cluster
+            .kubectl(&[
+                "get",
+                "clusterrole,clusterrolebinding,mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                "-l",
+                &format!("app.kubernetes.io/instance={REL}"),
+                "-o",
+                "name",
+            ])
+            .await
+            .expect("list")
+    };
+    let both = cluster_scoped().await;
+    assert_eq!(
+        both.lines().count(),
+        12,
+        "six cluster-scoped objects per release:\n{both}"
+    );
+    cluster
+        .helm(&["uninstall", REL, "-n", &ns2, "--wait", "--timeout=120s"])
+        .await
+        .expect("uninstall the second release");
+    let first_only = cluster_scoped().await;
+    assert_eq!(first_only.lines().count(), 6, "{first_only}");
+    assert!(
+        first_only.lines().all(|l| l.contains(&format!("/{ns}."))),
+        "{first_only}"
+    );
+
+    // Least privilege, as the apiserver authorises it.
+    let op_sa = "nw-nodewright-operator";
+    let wh_sa = "nw-nodewright-webhook";
+    let config_name = format!("{ns}.nw-nodewright-webhook");
+    let checks: Vec<(&str, Vec<String>, bool)> = vec![
+        (op_sa, vec!["patch".into(), "nodes".into()], true),
+        (
+            op_sa,
+            vec![
+                "update".into(),
+                "nodewrights.nodewright.nvidia.com".into(),
+                "--subresource=status".into(),
+            ],
+            true,
+        ),
+        (
+            op_sa,
+            vec!["delete".into(), "nodewrights.nodewright.nvidia.com".into()],
+            false,
+        ),
+        (
+            op_sa,
+            vec![
+                "list".into(),
+                "deploymentpolicies.nodewright.nvidia.com".into(),
+            ],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "update".into(),
+                "deploymentpolicies.nodewright.nvidia.com".into(),
+            ],
+            false,
+        ),
+        (
+            op_sa,
+            vec![
+                "create".into(),
+                "pods".into(),
+                "--subresource=eviction".into(),
+                "-n".into(),
+                "kube-system".into(),
+            ],
+            true,
+        ),
+        (op_sa, vec!["list".into(), "pods".into(), "-A".into()], true),
+        (
+            op_sa,
+            vec!["delete".into(), "pods".into(), "-n".into(), ns.clone()],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "delete".into(),
+                "pods".into(),
+                "-n".into(),
+                "kube-system".into(),
+            ],
+            false,
+        ),
+        (
+            op_sa,
+            vec![
+                "create".into(),
+                "jobs.batch".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "create".into(),
+                "jobs.batch".into(),
+                "-n".into(),
+                "default".into(),
+            ],
+            false,
+        ),
+        (
+            op_sa,
+            vec![
+                "update".into(),
+                "leases.coordination.k8s.io".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "get".into(),
+                "secrets/nw-nodewright-webhook-ca".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "get".into(),
+                "secrets/someone-elses".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            false,
+        ),
+        (
+            op_sa,
+            vec!["list".into(), "secrets".into(), "-n".into(), ns.clone()],
+            false,
+        ),
+        (
+            op_sa,
+            vec![
+                "patch".into(),
+                format!("mutatingwebhookconfigurations/{config_name}"),
+            ],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "patch".into(),
+                "validatingwebhookconfigurations/another".into(),
+            ],
+            false,
+        ),
+        (
+            op_sa,
+            vec![
+                "create".into(),
+                "events".into(),
+                "-n".into(),
+                "default".into(),
+            ],
+            true,
+        ),
+        (
+            wh_sa,
+            vec!["watch".into(), "nodewrights.nodewright.nvidia.com".into()],
+            true,
+        ),
+        (
+            wh_sa,
+            vec![
+                "list".into(),
+                "deploymentpolicies.nodewright.nvidia.com".into(),
+            ],
+            true,
+        ),
+        (
+            wh_sa,
+            vec!["create".into(), "nodewrights.nodewright.nvidia.com".into()],
+            false,
+        ),
+        (
+            wh_sa,
+            vec![
+                "get".into(),
+                "secrets/nw-nodewright-webhook-tls".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            true,
+        ),
+        (
+            wh_sa,
+            vec![
+                "get".into(),
+                "secrets/nw-nodewright-webhook-ca".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            false,
+        ),
+        (
+            wh_sa,
+            vec!["list".into(), "pods".into(), "-n".into(), ns.clone()],
+            false,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (sa, args, expected) in &checks {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if can_i(&cluster, &ns, sa, &args).await != *expected {
+            wrong.push(format!("{sa} can-i {args:?}: expected {expected}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+
+    // The operator's certificate controller with the operator's token and the chart's env.
+    let op_kubeconfig = token_kubeconfig(&cluster, &ns, op_sa, work.path()).await;
+    let op_client = client_from(&op_kubeconfig).await;
+    let operator = find(&manifest, "Deployment", "nw-nodewright-operator");
+    let op_container = container(operator).clone();
+    let settings = Settings::from_lookup(|var| {
+        if var == "NAMESPACE" {
+            Some(ns.clone())
+        } else {
+            env_value(&op_container, var)
+        }
+    })
+    .expect("the chart's env is valid")
+    .expect("self-managed mode turns the controller on");
+    assert!(
+        settings.names().contains(&"127.0.0.1".to_owned()),
+        "URL host in the names"
+    );
+    // One pass first, so a permission problem fails here with the API's message.
+    let outcome = webhook_certs::reconcile_once(op_client.clone(), &settings)
+        .await
+        .expect("the controller works with the operator's permissions");
+    assert!(outcome.writes >= 1, "{outcome:?}");
+    let term = CancellationToken::new();
+    let controller = tokio::spawn(webhook_certs::run(
+        op_client,
+        settings.clone(),
+        term.clone(),
+    ));
+    let injected = cluster
+        .wait_for("caBundle injected", Duration::from_secs(60), || async {
+            let b = bundles(&admin, &config_name).await;
+            Ok(
+                (b.len() == 4 && b.iter().all(|x| !x.is_empty()) && b.iter().all(|x| *x == b[0]))
+                    .then(|| b[0].clone()),
+            )
+        })
+        .await;
+    let injected = match injected {
+        Ok(b) => b,
+        Err(e) => panic!(
+            "{e}\n{}",
+            cluster
+                .kubectl(&[
+                    "get",
+                    "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                    "-o",
+                    "yaml"
+                ])
+                .await
+                .unwrap_or_default()
+        ),
+    };
+
+    // The webhook binary with the webhook's token and the chart's env.
+    let wh_kubeconfig = token_kubeconfig(&cluster, &ns, wh_sa, work.path()).await;
+    let webhook = find(&manifest, "Deployment", "nw-nodewright-webhook");
+    let defaults = find(&manifest, "ConfigMap", "nw-nodewright-defaults");
+    let log = work.path().join("webhook.log");
+    let log_file = std::fs::File::create(&log).expect("log");
+    let mut command = tokio::process::Command::new(webhook_binary());
+    for (name, value) in env(container(webhook)) {
+        if let Some(value) = value {
+            command.env(name, value);
+        }
+    }
+    for (k, v) in defaults["data"].as_object().expect("defaults data") {
+        command.env(k, v.as_str().unwrap_or_default());
+    }
+    let _webhook = command
+        .env("KUBECONFIG", &wh_kubeconfig)
+        .env("WEBHOOK_LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "WEBHOOK_METRICS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env("LOG_FORMAT", "text")
+        .stdout(Stdio::from(log_file.try_clone().expect("clone")))
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("webhook starts");
+    let webhook_log = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    let valid = work.path().join("valid.yaml");
+    std::fs::write(&valid, VALID).expect("write");
+    let valid = valid.to_string_lossy().into_owned();
+    let invalid = repo_dir().join("examples/invalid/depends-on-cycle.yaml");
+    let invalid = invalid.to_string_lossy().into_owned();
+    cluster
+        .wait_for(
+            "a valid NodeWright admitted through the chart's webhook configurations",
+            Duration::from_secs(90),
+            || async { Ok(cluster.kubectl(&["apply", "-f", &valid]).await.ok()) },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nwebhook log:\n{}", webhook_log()));
+    let defaulted = cluster
+        .kubectl(&[
+            "get",
+            "nw",
+            "chart-valid",
+            "-o",
+            "jsonpath={.spec.packages.tool.stageTimeout}",
+        ])
+        .await
+        .expect("get");
+    assert_eq!(
+        defaulted, "1h",
+        "the mutating webhook filled the chart's default"
+    );
+    let rejected = |what: &'static str| {
+        let invalid = invalid.clone();
+        let cluster = &cluster;
+        async move {
+            match cluster.kubectl(&["apply", "-f", &invalid]).await {
+                Ok(out) => panic!("{what}: invalid NodeWright admitted: {out}"),
+                Err(e) => e.to_string(),
+            }
+        }
+    };
+    let err = rejected("after install").await;
+    assert!(
+        err.contains("denied the request") && err.contains("dependency cycle"),
+        "{err}\nwebhook log:\n{}",
+        webhook_log()
+    );
+
+    // Upgrade: a changed value; admission keeps working and nothing rotates.
+    cluster
+        .helm(&[
+            "upgrade",
+            REL,
+            &chart,
+            "-n",
+            &ns,
+            "--reuse-values",
+            "--set=webhook.timeoutSeconds=15",
+        ])
+        .await
+        .expect("helm upgrade");
+    let err = rejected("right after upgrade").await;
+    assert!(
+        err.contains("dependency cycle"),
+        "admission after upgrade: {err}"
+    );
+    let after = cluster
+        .wait_for(
+            "caBundle present after upgrade",
+            Duration::from_secs(30),
+            || async {
+                let b = bundles(&admin, &config_name).await;
+                Ok((b.len() == 4 && b.iter().all(|x| *x == injected)).then_some(()))
+            },
+        )
+        .await;
+    assert!(after.is_ok(), "caBundle changed or vanished after upgrade");
+    let timeout = cluster
+        .kubectl(&[
+            "get",
+            "validatingwebhookconfiguration",
+            &config_name,
+            "-o",
+            "jsonpath={.webhooks[0].timeoutSeconds}",
+        ])
+        .await
+        .expect("get");
+    assert_eq!(timeout, "15", "the upgrade applied");
+    cluster
+        .kubectl(&["apply", "-f", &valid])
+        .await
+        .expect("valid still admitted");
+
+    // Uninstall: the services stop first (as their pods would), then nothing is left.
+    term.cancel();
+    tokio::time::timeout(Duration::from_secs(10), controller)
+        .await
+        .expect("controller stops")
+        .expect("task")
+        .expect("controller returns Ok");
+    drop(_webhook);
+    cluster
+        .kubectl(&["delete", "nw", "chart-valid", "--wait=true"])
+        .await
+        .expect("delete NodeWright");
+    cluster
+        .helm(&["uninstall", REL, "-n", &ns, "--wait", "--timeout=120s"])
+        .await
+        .expect("helm uninstall");
+    for (kind, obj_ns, name) in &objs {
+        let gone = cluster
+            .wait_for(
+                &format!("{kind} {name} deleted"),
+                Duration::from_secs(60),
+                || async {
+                    Ok((!exists(&cluster, kind, obj_ns.as_deref(), name).await).then_some(()))
+                },
+            )
+            .await;
+        assert!(gone.is_ok(), "{kind} {name} left behind");
+    }
+    let leftovers = cluster
+        .kubectl(&[
+            "get",
+            "deploy,svc,sa,cm,secret,role,rolebinding,pdb,limitrange,hpa,lease,job",
+            "-n",
+            &ns,
+            "-o",
+            "name",
+        ])
+        .await
+        .expect("list");
+    let ours: Vec<&str> = leftovers
+        .lines()
+        .filter(|l| l.contains("nw-nodewright") || l.contains("nodewright"))
+        .collect();
+    assert!(ours.is_empty(), "left behind: {ours:?}");
+    let cluster_wide = cluster
+        .kubectl(&[
+            "get",
+            "clusterrole,clusterrolebinding,mutatingwebhookconfiguration,validatingwebhookconfiguration,crd",
+            "-l",
+            &format!("app.kubernetes.io/instance={REL}"),
+            "-o",
+            "name",
+        ])
+        .await
+        .expect("list");
+    assert!(
+        cluster_wide.trim().is_empty(),
+        "left behind: {cluster_wide}"
+    );
+}

@@ -1,0 +1,857 @@
+//! The chart, rendered with the helm this repository builds: `helm lint` in every certificate
+//! mode; what each mode renders; that the rendered env, ports and paths are the ones the binaries
+//! and Dockerfiles really use; that the CRDs are the generated ones; hardened pods; release-scoped
+//! names; and that bad values are refused by the schema or the template checks, naming the value.
+
+mod chart_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chart_support::{
+    chart_dir, container, env, env_value, find, of_kind, render, repo_dir, run_helm,
+};
+use nodewright_shared::defaults::OperatorDefaults;
+use serde_json::{Value, json};
+
+const NS: &str = "nw-system";
+const REL: &str = "nw";
+const FULL: &str = "nw-nodewright";
+
+fn default_render() -> Vec<Value> {
+    render(REL, NS, &[]).expect("default values render")
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo_dir().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn helm_lint_passes_in_every_mode() {
+    let chart = chart_dir();
+    let chart = chart.to_string_lossy();
+    for extra in [
+        vec![],
+        vec!["--set", "certs.mode=cert-manager"],
+        vec![
+            "--set",
+            "certs.mode=provided",
+            "--set",
+            "certs.provided.secretName=my-tls",
+            "--set",
+            "certs.provided.caBundle=QUJD",
+        ],
+        vec![
+            "--set",
+            "webhook.url=https://127.0.0.1:9443",
+            "--set",
+            "webhook.hpa.enabled=true",
+        ],
+    ] {
+        let mut args = vec!["lint", "--strict", chart.as_ref(), "--namespace", NS];
+        args.extend(extra.iter().copied());
+        run_helm(&args).unwrap_or_else(|e| panic!("helm lint {extra:?}: {e}"));
+    }
+}
+
+#[test]
+fn default_render_has_every_object_with_release_scoped_names() {
+    let docs = default_render();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for d in &docs {
+        *kinds
+            .entry(d["kind"].as_str().unwrap_or("?").to_owned())
+            .or_default() += 1;
+    }
+    let expected: BTreeMap<String, usize> = [
+        ("ClusterRole", 2),
+        ("ClusterRoleBinding", 2),
+        ("ConfigMap", 1),
+        ("CustomResourceDefinition", 2),
+        ("Deployment", 2),
+        ("LimitRange", 1),
+        ("MutatingWebhookConfiguration", 1),
+        ("PodDisruptionBudget", 2),
+        ("Role", 2),
+        ("RoleBinding", 2),
+        ("Secret", 2),
+        ("Service", 2),
+        ("ServiceAccount", 2),
+        ("ValidatingWebhookConfiguration", 1),
+    ]
+    .into_iter()
+    .map(|(k, n)| (k.to_owned(), n))
+    .collect();
+    assert_eq!(kinds, expected);
+
+    for d in &docs {
+        let kind = d["kind"].as_str().unwrap_or_default();
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        if kind == "CustomResourceDefinition" {
+            continue;
+        }
+        match d["metadata"]["namespace"].as_str() {
+            Some(ns) => {
+                assert_eq!(ns, NS, "{kind}/{name}");
+                assert!(name.starts_with(FULL), "{kind}/{name} is release-scoped");
+            }
+            None => assert!(
+                name.starts_with(&format!("{NS}.{FULL}-")),
+                "cluster-scoped {kind}/{name} carries namespace and release"
+            ),
+        }
+        assert_eq!(
+            d["metadata"]["labels"]["app.kubernetes.io/instance"], REL,
+            "{kind}/{name}"
+        );
+        assert!(name.len() <= 63 || kind.contains("Cluster") || kind.contains("Webhook"));
+    }
+    assert_eq!(
+        of_kind(&docs, "HorizontalPodAutoscaler").len(),
+        0,
+        "HPA is opt-in"
+    );
+}
+
+#[test]
+fn two_releases_never_share_a_name() {
+    let a = render("one", "team-a", &[]).expect("a");
+    let b = render("one", "team-b", &["--set", "crds.install=false"]).expect("b");
+    let c = render("two", "team-a", &["--set", "crds.install=false"]).expect("c");
+    let key = |d: &Value| {
+        format!(
+            "{}/{}/{}",
+            d["kind"].as_str().unwrap_or_default(),
+            d["metadata"]["namespace"].as_str().unwrap_or("-"),
+            d["metadata"]["name"].as_str().unwrap_or_default()
+        )
+    };
+    let mut seen = BTreeSet::new();
+    for d in a.iter().chain(&b).chain(&c) {
+        assert!(seen.insert(key(d)), "{} rendered by two releases", key(d));
+    }
+    assert_eq!(of_kind(&b, "CustomResourceDefinition").len(), 0);
+}
+
+#[test]
+fn deployments_match_the_binaries_env_ports_and_images() {
+    let docs = default_render();
+    let operator = find(&docs, "Deployment", &format!("{FULL}-operator"));
+    let webhook = find(&docs, "Deployment", &format!("{FULL}-webhook"));
+    assert_eq!(operator["spec"]["replicas"], 2);
+    assert_eq!(webhook["spec"]["replicas"], 2);
+    let op = container(operator);
+    let wh = container(webhook);
+
+    // Every variable the chart sets is one the binary reads.
+    let operator_vars = known_vars(&[
+        "operator/src/config.rs",
+        "operator/src/webhook_certs/settings.rs",
+        "shared/src/defaults.rs",
+    ]);
+    let webhook_vars = known_vars(&["webhook/src/config.rs", "shared/src/defaults.rs"]);
+    for (name, _) in env(op) {
+        assert!(
+            operator_vars.contains(&name),
+            "operator env {name} is not read by the operator"
+        );
+    }
+    for (name, _) in env(wh) {
+        assert!(
+            webhook_vars.contains(&name),
+            "webhook env {name} is not read by the webhook"
+        );
+    }
+    assert_eq!(env_value(op, "LEADER_ELECTION").as_deref(), Some("true"));
+    assert_eq!(
+        env_value(op, "METRICS_LISTEN").as_deref(),
+        Some("0.0.0.0:8080")
+    );
+    assert_eq!(
+        env_value(op, "PROBE_LISTEN").as_deref(),
+        Some("0.0.0.0:8081")
+    );
+    assert_eq!(
+        env_value(op, "WEBHOOK_CERTS_MANAGED").as_deref(),
+        Some("true")
+    );
+    let names: Vec<String> = env(op).into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&"POD_NAME".to_owned()) && names.contains(&"NAMESPACE".to_owned()));
+    assert_eq!(
+        env_value(wh, "WEBHOOK_TLS_SECRET").as_deref(),
+        Some(format!("{NS}/{FULL}-webhook-tls").as_str())
+    );
+    assert_eq!(
+        env_value(wh, "WEBHOOK_LISTEN").as_deref(),
+        Some("0.0.0.0:9443")
+    );
+    assert_eq!(
+        env_value(wh, "WEBHOOK_METRICS_LISTEN").as_deref(),
+        Some("0.0.0.0:9090")
+    );
+    assert_eq!(
+        env_value(op, "WEBHOOK_SECRET_NAME").as_deref(),
+        Some(format!("{FULL}-webhook-tls").as_str())
+    );
+
+    // Both read the one defaults ConfigMap, whose keys the shared parser accepts.
+    let defaults_name = format!("{FULL}-defaults");
+    for c in [op, wh] {
+        assert_eq!(
+            c["envFrom"][0]["configMapRef"]["name"],
+            defaults_name.as_str()
+        );
+    }
+    let cm = find(&docs, "ConfigMap", &defaults_name);
+    let data: BTreeMap<String, String> =
+        serde_json::from_value(cm["data"].clone()).expect("string data");
+    let parsed = OperatorDefaults::from_lookup(|k| data.get(k).cloned()).expect("defaults parse");
+    assert_eq!(
+        parsed,
+        OperatorDefaults::default(),
+        "chart defaults = built-in defaults"
+    );
+    for key in data.keys() {
+        assert!(
+            operator_vars.contains(key) && webhook_vars.contains(key),
+            "{key}"
+        );
+    }
+    // A change of the defaults rolls both Deployments.
+    let changed = render(REL, NS, &["--set", "defaults.jobBackoffLimit=5"]).expect("render");
+    for name in ["operator", "webhook"] {
+        let before = &find(&docs, "Deployment", &format!("{FULL}-{name}"))["spec"]["template"]["metadata"]
+            ["annotations"]["checksum/defaults"];
+        let after = &find(&changed, "Deployment", &format!("{FULL}-{name}"))["spec"]["template"]["metadata"]
+            ["annotations"]["checksum/defaults"];
+        assert_ne!(before, after, "{name}");
+    }
+
+    // Ports agree with the Dockerfiles, and the images' entrypoints are the binaries.
+    for (c, dockerfile, binary) in [
+        (op, "operator/Dockerfile", "nodewright-operator"),
+        (wh, "webhook/Dockerfile", "nodewright-webhook"),
+    ] {
+        let text = read(dockerfile);
+        let exposed: BTreeSet<u64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("EXPOSE "))
+            .flat_map(|l| l.split_whitespace().filter_map(|p| p.parse().ok()))
+            .collect();
+        let ports: BTreeSet<u64> = c["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["containerPort"].as_u64())
+            .collect();
+        assert_eq!(exposed, ports, "{dockerfile}");
+        assert!(
+            text.contains(&format!("ENTRYPOINT [\"/usr/local/bin/{binary}\"]")),
+            "{dockerfile}"
+        );
+        assert!(
+            c.get("command").is_none(),
+            "the chart uses the image entrypoint"
+        );
+        assert!(
+            c["image"].as_str().is_some_and(|i| i.ends_with(":0.1.0")),
+            "appVersion tag"
+        );
+    }
+    // Probes hit the paths the binaries serve on the ports they listen on.
+    assert_eq!(op["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(op["readinessProbe"]["httpGet"]["port"], "probes");
+    assert_eq!(wh["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(wh["readinessProbe"]["httpGet"]["path"], "/readyz");
+
+    // Topology spread and the webhook PDB.
+    let spread = &webhook["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(
+        spread["labelSelector"]["matchLabels"],
+        webhook["spec"]["selector"]["matchLabels"]
+    );
+    let pdb = find(&docs, "PodDisruptionBudget", &format!("{FULL}-webhook"));
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        webhook["spec"]["selector"]["matchLabels"]
+    );
+}
+
+/// Environment variable names a source file reads: `"NAME"` in `const ENV_*: &str = "NAME"` and in
+/// clap's `env = "NAME"`.
+fn known_vars(files: &[&str]) -> BTreeSet<String> {
+    let mut vars = BTreeSet::new();
+    for file in files {
+        for line in read(file).lines() {
+            let l = line.trim();
+            let quoted = if l.starts_with("pub const ENV_") && l.contains(": &str = \"") {
+                l.split('"').nth(1)
+            } else if let Some(rest) = l.split("env = \"").nth(1) {
+                rest.split('"').next()
+            } else {
+                None
+            };
+            if let Some(v) = quoted {
+                vars.insert(v.to_owned());
+            }
+        }
+    }
+    vars
+}
+
+#[test]
+fn pods_are_hardened() {
+    let docs = default_render();
+    for name in ["operator", "webhook"] {
+        let d = find(&docs, "Deployment", &format!("{FULL}-{name}"));
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{name}");
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        assert_eq!(pod["serviceAccountName"], format!("{FULL}-{name}").as_str());
+        let sc = &container(d)["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{name}");
+        assert_eq!(sc["runAsNonRoot"], true, "{name}");
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{name}");
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+        assert!(
+            container(d)["resources"]["limits"].is_object(),
+            "{name} sets its own resources"
+        );
+    }
+}
+
+#[test]
+fn webhook_configurations_are_narrow_and_complete() {
+    let docs = default_render();
+    let name = format!("{NS}.{FULL}-webhook");
+    let mutating = find(&docs, "MutatingWebhookConfiguration", &name);
+    let validating = find(&docs, "ValidatingWebhookConfiguration", &name);
+    let mut seen = BTreeMap::new();
+    for hook in mutating["webhooks"]
+        .as_array()
+        .expect("webhooks")
+        .iter()
+        .chain(validating["webhooks"].as_array().expect("webhooks"))
+    {
+        let cc = &hook["clientConfig"];
+        assert!(
+            cc.get("caBundle").is_none(),
+            "self-managed: the operator injects caBundle"
+        );
+        assert_eq!(cc["service"]["name"], format!("{FULL}-webhook").as_str());
+        assert_eq!(cc["service"]["namespace"], NS);
+        assert_eq!(cc["service"]["port"], 443);
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(hook["timeoutSeconds"], 10);
+        assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
+        let rules = hook["rules"].as_array().expect("rules");
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0]["apiGroups"], json!(["nodewright.nvidia.com"]));
+        assert_eq!(rules[0]["apiVersions"], json!(["v1alpha1"]));
+        assert_eq!(rules[0]["scope"], "Cluster");
+        seen.insert(
+            cc["service"]["path"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            (
+                rules[0]["resources"].clone(),
+                rules[0]["operations"].clone(),
+            ),
+        );
+    }
+    let expected: BTreeMap<String, (Value, Value)> = [
+        (
+            "/mutate-nodewright",
+            "nodewrights",
+            json!(["CREATE", "UPDATE"]),
+        ),
+        (
+            "/validate-nodewright",
+            "nodewrights",
+            json!(["CREATE", "UPDATE"]),
+        ),
+        (
+            "/mutate-deploymentpolicy",
+            "deploymentpolicies",
+            json!(["CREATE", "UPDATE"]),
+        ),
+        (
+            "/validate-deploymentpolicy",
+            "deploymentpolicies",
+            json!(["CREATE", "UPDATE", "DELETE"]),
+        ),
+    ]
+    .into_iter()
+    .map(|(p, r, o)| (p.to_owned(), (json!([r]), o)))
+    .collect();
+    assert_eq!(seen, expected);
+
+    // The paths are the webhook's routes.
+    let routes = read("webhook/src/admission.rs");
+    for path in expected.keys() {
+        assert!(
+            routes.contains(&format!("\"{}\"", &path[1..])),
+            "webhook serves {path}"
+        );
+    }
+
+    // URL mode: paths appended to the base URL; the host joins the certificate's names.
+    let docs = render(REL, NS, &["--set", "webhook.url=https://127.0.0.1:18443/"]).expect("url");
+    let m = find(&docs, "MutatingWebhookConfiguration", &name);
+    assert_eq!(
+        m["webhooks"][0]["clientConfig"],
+        json!({"url": "https://127.0.0.1:18443/mutate-nodewright"})
+    );
+    let op = container(find(&docs, "Deployment", &format!("{FULL}-operator")));
+    assert_eq!(
+        env_value(op, "WEBHOOK_EXTRA_NAMES").as_deref(),
+        Some("127.0.0.1")
+    );
+    // Ignore and a custom timeout.
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "webhook.failurePolicy=Ignore",
+            "--set",
+            "webhook.timeoutSeconds=5",
+        ],
+    )
+    .expect("render");
+    let v = find(&docs, "ValidatingWebhookConfiguration", &name);
+    assert_eq!(v["webhooks"][1]["failurePolicy"], "Ignore");
+    assert_eq!(v["webhooks"][1]["timeoutSeconds"], 5);
+}
+
+#[test]
+fn crds_are_the_generated_ones() {
+    let docs = default_render();
+    let mut files: Vec<_> = std::fs::read_dir(repo_dir().join("crds"))
+        .expect("crds/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2);
+    for file in &files {
+        let name = file.file_name().expect("name");
+        let copy = chart_dir().join("files/crds").join(name);
+        let original = std::fs::read(file).expect("crd");
+        assert_eq!(
+            std::fs::read(&copy).unwrap_or_default(),
+            original,
+            "{} differs from {}: copy crds/*.yaml into chart/files/crds/",
+            copy.display(),
+            file.display()
+        );
+        let mut generated: Value = serde_yaml::from_slice(&original).expect("generated CRD parses");
+        let crd_name = generated["metadata"]["name"]
+            .as_str()
+            .expect("name")
+            .to_owned();
+        let mut rendered = find(&docs, "CustomResourceDefinition", &crd_name).clone();
+        assert_eq!(
+            rendered["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+            "kept on uninstall by default"
+        );
+        // Equal once the chart's metadata additions are removed.
+        let meta = rendered["metadata"].as_object_mut().expect("metadata");
+        meta.remove("labels");
+        meta.remove("annotations");
+        if let Some(m) = generated["metadata"].as_object_mut() {
+            m.remove("labels");
+            m.remove("annotations");
+        }
+        assert_eq!(rendered, generated, "{crd_name}");
+    }
+    let not_kept = render(REL, NS, &["--set", "crds.keep=false"]).expect("render");
+    for crd in of_kind(&not_kept, "CustomResourceDefinition") {
+        assert!(crd["metadata"].get("annotations").is_none());
+    }
+}
+
+#[test]
+fn rbac_is_least_privilege() {
+    let docs = default_render();
+    let cr = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-operator"));
+    let rules = cr["rules"].as_array().expect("rules");
+    let grants = |rules: &[Value], resource: &str| -> BTreeSet<String> {
+        rules
+            .iter()
+            .filter(|r| {
+                r["resources"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|x| x == resource))
+            })
+            .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let set = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        grants(rules, "nodewrights"),
+        set(&["get", "list", "watch", "update", "patch"])
+    );
+    assert_eq!(
+        grants(rules, "nodewrights/status"),
+        set(&["get", "update", "patch"])
+    );
+    assert_eq!(
+        grants(rules, "deploymentpolicies"),
+        set(&["get", "list", "watch"])
+    );
+    assert_eq!(
+        grants(rules, "nodes"),
+        set(&["get", "list", "watch", "patch"])
+    );
+    assert_eq!(
+        grants(rules, "pods"),
+        set(&["list"]),
+        "cluster-wide only list, for drain"
+    );
+    assert_eq!(grants(rules, "pods/eviction"), set(&["create"]));
+    assert!(
+        grants(rules, "secrets").is_empty(),
+        "no cluster-wide Secret access"
+    );
+    for r in rules {
+        assert!(
+            !r["verbs"]
+                .as_array()
+                .expect("verbs")
+                .iter()
+                .any(|v| v == "*")
+        );
+        assert!(
+            !r["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .any(|v| v == "*")
+        );
+        if r["apiGroups"][0] == "admissionregistration.k8s.io" {
+            assert_eq!(r["resourceNames"], json!([format!("{NS}.{FULL}-webhook")]));
+        }
+    }
+    let role = find(&docs, "Role", &format!("{FULL}-operator"));
+    let secret_rules: Vec<&Value> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["resources"] == json!(["secrets"]))
+        .collect();
+    for r in &secret_rules {
+        if r["verbs"] != json!(["create"]) {
+            assert_eq!(
+                r["resourceNames"],
+                json!([format!("{FULL}-webhook-ca"), format!("{FULL}-webhook-tls")])
+            );
+        }
+    }
+    let webhook_cr = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-webhook"));
+    assert_eq!(
+        webhook_cr["rules"],
+        json!([{"apiGroups": ["nodewright.nvidia.com"], "resources": ["nodewrights", "deploymentpolicies"], "verbs": ["list", "watch"]}])
+    );
+    let webhook_role = find(&docs, "Role", &format!("{FULL}-webhook"));
+    assert_eq!(
+        webhook_role["rules"],
+        json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [format!("{FULL}-webhook-tls")], "verbs": ["get", "list", "watch"]}])
+    );
+}
+
+#[test]
+fn cert_manager_mode() {
+    let docs = render(REL, NS, &["--set", "certs.mode=cert-manager"]).expect("render");
+    assert!(
+        of_kind(&docs, "Secret").is_empty(),
+        "cert-manager writes the Secrets"
+    );
+    let cert = find(&docs, "Certificate", &format!("{FULL}-webhook-tls"));
+    assert_eq!(
+        cert["spec"]["secretName"],
+        format!("{FULL}-webhook-tls").as_str()
+    );
+    assert_eq!(
+        cert["spec"]["issuerRef"]["name"],
+        format!("{FULL}-ca").as_str()
+    );
+    assert!(
+        cert["spec"]["dnsNames"]
+            .as_array()
+            .expect("dnsNames")
+            .iter()
+            .any(|n| n == format!("{FULL}-webhook.{NS}.svc").as_str())
+    );
+    find(&docs, "Issuer", &format!("{FULL}-selfsigned"));
+    find(&docs, "Certificate", &format!("{FULL}-webhook-ca"));
+    let name = format!("{NS}.{FULL}-webhook");
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let c = find(&docs, kind, &name);
+        assert_eq!(
+            c["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{NS}/{FULL}-webhook-tls").as_str()
+        );
+    }
+    let op = container(find(&docs, "Deployment", &format!("{FULL}-operator")));
+    assert_eq!(
+        env_value(op, "WEBHOOK_CERTS_MANAGED").as_deref(),
+        Some("false")
+    );
+    assert!(env_value(op, "WEBHOOK_SECRET_NAME").is_none());
+    let cr = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-operator"));
+    assert!(
+        !cr.to_string().contains("admissionregistration"),
+        "no webhook configuration access"
+    );
+    let role = find(&docs, "Role", &format!("{FULL}-operator"));
+    assert!(!role.to_string().contains("secrets"), "no Secret access");
+
+    // A given issuer: no chart-made CA.
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "certs.mode=cert-manager",
+            "--set",
+            "certs.certManager.issuerRef.name=corp-ca",
+            "--set",
+            "certs.certManager.issuerRef.kind=ClusterIssuer",
+        ],
+    )
+    .expect("render");
+    assert!(of_kind(&docs, "Issuer").is_empty());
+    let cert = find(&docs, "Certificate", &format!("{FULL}-webhook-tls"));
+    assert_eq!(
+        cert["spec"]["issuerRef"],
+        json!({"name": "corp-ca", "kind": "ClusterIssuer"})
+    );
+}
+
+#[test]
+fn provided_mode() {
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "certs.mode=provided",
+            "--set",
+            "certs.provided.secretName=corp-tls",
+            "--set",
+            "certs.provided.caBundle=QUJD",
+        ],
+    )
+    .expect("render");
+    assert!(of_kind(&docs, "Secret").is_empty());
+    let name = format!("{NS}.{FULL}-webhook");
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        for hook in find(&docs, kind, &name)["webhooks"]
+            .as_array()
+            .expect("webhooks")
+        {
+            assert_eq!(hook["clientConfig"]["caBundle"], "QUJD");
+        }
+    }
+    let wh = container(find(&docs, "Deployment", &format!("{FULL}-webhook")));
+    assert_eq!(
+        env_value(wh, "WEBHOOK_TLS_SECRET").as_deref(),
+        Some(format!("{NS}/corp-tls").as_str())
+    );
+    let role = find(&docs, "Role", &format!("{FULL}-webhook"));
+    assert_eq!(role["rules"][0]["resourceNames"], json!(["corp-tls"]));
+}
+
+#[test]
+fn hpa_and_limit_range_options() {
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "webhook.hpa.enabled=true",
+            "--set",
+            "webhook.hpa.minReplicas=3",
+            "--set",
+            "limitRange.enabled=false",
+        ],
+    )
+    .expect("render");
+    let hpa = find(&docs, "HorizontalPodAutoscaler", &format!("{FULL}-webhook"));
+    assert_eq!(hpa["spec"]["minReplicas"], 3);
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"]["name"],
+        format!("{FULL}-webhook").as_str()
+    );
+    let d = find(&docs, "Deployment", &format!("{FULL}-webhook"));
+    assert!(d["spec"].get("replicas").is_none(), "the HPA owns replicas");
+    assert!(of_kind(&docs, "LimitRange").is_empty());
+    let docs = default_render();
+    let lr = find(&docs, "LimitRange", &format!("{FULL}-package-defaults"));
+    assert_eq!(
+        lr["spec"]["limits"][0]["default"],
+        json!({"cpu": "500m", "memory": "512Mi"})
+    );
+}
+
+#[test]
+fn bad_values_are_refused_naming_the_value() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["certs.mode=vault"], "certs.mode"),
+        (&["webhook.failurePolicy=Maybe"], "failurePolicy"),
+        (&["webhook.timeoutSeconds=60"], "timeoutSeconds"),
+        (&["defaults.jobStageTimeout=soon"], "jobStageTimeout"),
+        (&["defaults.jobBackoffLimit=-1"], "jobBackoffLimit"),
+        (&["operator.replicas=0"], "replicas"),
+        (&["webhook.url=http://insecure.example.com"], "url"),
+        (&["operator.replica=3"], "replica"),
+        (&["operator.image.digest=sha256:nope"], "digest"),
+        (&["webhook.maxBodyBytes=10"], "maxBodyBytes"),
+        (&["operator.copyDirRoot=relative/path"], "copyDirRoot"),
+        (
+            &["operator.runtimeRequiredTaint=k=v:Never"],
+            "runtimeRequiredTaint",
+        ),
+        (&["operator.logFormat=xml"], "logFormat"),
+        (
+            &["webhook.topologySpread.whenUnsatisfiable=Sometimes"],
+            "whenUnsatisfiable",
+        ),
+        // Template checks (combinations).
+        (
+            &["operator.pdb.minAvailable=2"],
+            "operator.pdb.minAvailable",
+        ),
+        (
+            &["operator.leaderElection.enabled=false"],
+            "operator.leaderElection.enabled",
+        ),
+        (&["webhook.replicas=1"], "webhook.pdb.minAvailable"),
+        (
+            &[
+                "webhook.hpa.enabled=true",
+                "webhook.hpa.minReplicas=5",
+                "webhook.hpa.maxReplicas=3",
+            ],
+            "webhook.hpa.minReplicas",
+        ),
+        (&["certs.mode=provided"], "certs.provided.secretName"),
+        (
+            &["certs.mode=provided", "certs.provided.secretName=x"],
+            "certs.provided.caBundle",
+        ),
+        (&["certs.provided.secretName=x"], "certs.mode"),
+    ];
+    let mut failures = Vec::new();
+    for (sets, needle) in cases {
+        let mut args = Vec::new();
+        for s in sets.iter() {
+            args.push("--set");
+            args.push(*s);
+        }
+        match render(REL, NS, &args) {
+            Ok(_) => failures.push(format!("{sets:?} rendered")),
+            // The schema names values by JSON pointer (`/certs/mode`), the template checks by path.
+            Err(e)
+                if e.contains(needle) || e.contains(&format!("/{}", needle.replace('.', "/"))) => {}
+            Err(e) => failures.push(format!("{sets:?}: expected {needle:?} in: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Fine variations still render.
+    for ok in [
+        vec![
+            "--set",
+            "operator.replicas=1",
+            "--set",
+            "operator.pdb.enabled=false",
+            "--set",
+            "operator.leaderElection.enabled=false",
+        ],
+        vec![
+            "--set",
+            "webhook.replicas=1",
+            "--set",
+            "webhook.pdb.enabled=false",
+        ],
+        vec![
+            "--set",
+            "operator.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ],
+        vec![
+            "--set",
+            "defaults.jobStageTimeout=0",
+            "--set",
+            "defaults.jobTtlFailed=1h30m",
+        ],
+    ] {
+        render(REL, NS, &ok).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+    }
+    let pinned = render(REL, NS, &["--set", "operator.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"]).expect("render");
+    assert_eq!(
+        container(find(&pinned, "Deployment", &format!("{FULL}-operator")))["image"],
+        "ghcr.io/nodewright/nodewright-operator@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+}
+
+#[test]
+fn every_value_is_documented_and_in_the_schema() {
+    let values: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values"),
+    )
+    .expect("values parse");
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).expect("schema"),
+    )
+    .expect("schema parses");
+    let readme = std::fs::read_to_string(chart_dir().join("README.md")).expect("README");
+    let mut leaves = Vec::new();
+    fn walk(prefix: &str, v: &Value, schema: &Value, out: &mut Vec<(String, bool)>) {
+        match (v, schema["properties"].as_object()) {
+            // Objects the schema describes key by key are walked; free-form ones are leaves.
+            (Value::Object(map), Some(props)) if !map.is_empty() => {
+                for (k, child) in map {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    let child_schema = props.get(k).cloned().unwrap_or(Value::Null);
+                    if child_schema.is_null() {
+                        out.push((path, false));
+                    } else {
+                        walk(&path, child, &child_schema, out);
+                    }
+                }
+            }
+            _ => out.push((prefix.to_owned(), true)),
+        }
+    }
+    walk("", &values, &schema, &mut leaves);
+    let mut problems = Vec::new();
+    for (path, in_schema) in &leaves {
+        if !in_schema {
+            problems.push(format!("{path} is not in values.schema.json"));
+        }
+        if !readme.contains(&format!("| `{path}` |")) {
+            problems.push(format!("{path} is not documented in chart/README.md"));
+        }
+    }
+    assert!(leaves.len() > 80, "{}", leaves.len());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
