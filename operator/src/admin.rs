@@ -1,0 +1,184 @@
+//! The plain-HTTP admin server: `/healthz`, `/readyz` and `/metrics`.
+//!
+//! - `/healthz` answers while the process runs: the kubelet restarts a process that stops answering,
+//!   never one that is merely a standby.
+//! - `/readyz` answers once the caches the reconcilers read from have synced ([`Readiness`]).
+//!   Leadership plays no part: standbys keep their caches warm and are ready, so a failover needs
+//!   no relist, and a rollout is not blocked by pods that are (correctly) not leading.
+//! - `/metrics` is the OpenMetrics exposition of [`Metrics`].
+//!
+//! The same router can be served on several addresses (`METRICS_LISTEN`, `PROBE_LISTEN`); equal
+//! addresses are bound once.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span};
+
+use crate::metrics::Metrics;
+
+/// Which caches have synced. Cheap to clone; every clone shares the state.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness {
+    caches: Arc<Mutex<BTreeMap<String, bool>>>,
+}
+
+impl Readiness {
+    /// Not ready until every one of `caches` is marked synced (none given: ready at once).
+    pub fn waiting_for<I, S>(caches: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let caches = caches.into_iter().map(|c| (c.into(), false)).collect();
+        Readiness {
+            caches: Arc::new(Mutex::new(caches)),
+        }
+    }
+
+    /// Records that `cache` has completed its initial list.
+    pub fn mark_synced(&self, cache: &str) {
+        self.lock().insert(cache.to_owned(), true);
+    }
+
+    /// The caches still listing, in name order.
+    pub fn pending(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, synced)| !**synced)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Whether every cache has synced.
+    pub fn is_ready(&self) -> bool {
+        self.pending().is_empty()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, bool>> {
+        // A panic while holding this lock cannot leave the map half-written; keep serving.
+        self.caches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Why the admin server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The address could not be bound (in use, no permission).
+    #[error("admin server: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serving stopped with an I/O error.
+    #[error("admin server on {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A listener task panicked.
+    #[error("admin server task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+#[derive(Clone)]
+struct AdminState {
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+}
+
+/// `/healthz`, `/readyz` and `/metrics`.
+pub fn router(metrics: Arc<Metrics>, readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(AdminState { metrics, readiness })
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    let pending = state.readiness.pending();
+    if pending.is_empty() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("waiting for caches to sync: {}", pending.join(", ")),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics_text(State(state): State<AdminState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Binds each distinct address (so `METRICS_LISTEN == PROBE_LISTEN` is one listener).
+pub async fn bind(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, AdminError> {
+    let mut distinct: Vec<SocketAddr> = Vec::new();
+    for addr in addrs {
+        if !distinct.contains(addr) {
+            distinct.push(*addr);
+        }
+    }
+    let mut listeners = Vec::with_capacity(distinct.len());
+    for addr in distinct {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| AdminError::Bind { addr, source })?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// Serves `router` on every listener until `shutdown`, then lets in-flight requests finish.
+pub async fn serve(
+    listeners: Vec<TcpListener>,
+    router: Router,
+    shutdown: CancellationToken,
+) -> Result<(), AdminError> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for listener in listeners {
+        let addr = listener.local_addr().map_err(|source| AdminError::Serve {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+        let router = router.clone();
+        let shutdown = shutdown.clone();
+        tasks.spawn(
+            async move {
+                info!("admin server listening");
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(shutdown.cancelled_owned())
+                    .await
+                    .map_err(|source| AdminError::Serve { addr, source })
+            }
+            .instrument(info_span!("admin_server", %addr)),
+        );
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! What every reconcile of one leadership term shares: the client, the validated configuration, the
+//! node cache and the term's token (no write may start once it is cancelled).
+
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::Store;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::OperatorConfig;
+use crate::jobs::JobConfig;
+
+/// A last edit applied to every Job just before it is created. For tests on the local control plane,
+/// where a pod's fate (succeed, fail, hang...) is chosen by a label on its template; the operator
+/// binary never sets one.
+pub type JobHook = Arc<dyn Fn(&mut Job) + Send + Sync>;
+
+/// How an in-process operator is run, beyond its [`OperatorConfig`].
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Only NodeWrights matching this label selector are reconciled (several operators, e.g. one per
+    /// test, can then share a cluster). `None`: every NodeWright.
+    pub nodewright_selector: Option<String>,
+    /// See [`JobHook`].
+    pub job_hook: Option<JobHook>,
+    /// Marked synced once the node cache has listed (the admin server's `/readyz`).
+    pub readiness: Option<crate::admin::Readiness>,
+    /// The webhook certificate controller's settings (`WEBHOOK_CERTS_MANAGED=true`); `None`: the
+    /// chart's cert-manager or provided-Secret mode, the controller does not run.
+    pub webhook_certs: Option<crate::webhook_certs::Settings>,
+}
+
+impl fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("nodewright_selector", &self.nodewright_selector)
+            .field("job_hook", &self.job_hook.as_ref().map(|_| "<hook>"))
+            .field("webhook_certs", &self.webhook_certs.is_some())
+            .finish()
+    }
+}
+
+/// Shared by the reconcilers of one leadership term.
+pub struct Context {
+    /// API client.
+    pub client: kube::Client,
+    /// The operator's configuration.
+    pub config: Arc<OperatorConfig>,
+    /// What the Job builders need (derived from `config` once).
+    pub job_config: JobConfig,
+    /// Every node, trimmed of what the operator never reads.
+    pub nodes: Store<Node>,
+    /// Cancelled when this replica stops leading: checked before every write.
+    pub term: CancellationToken,
+    /// Test hooks and scoping.
+    pub options: RunOptions,
+    /// Kubernetes Events.
+    pub events: crate::events::Events,
+    /// NodeWright gauges and reconcile counters (unregistered handles when nobody scrapes them).
+    pub metrics: crate::state_metrics::StateMetrics,
+}
+
+impl Context {
+    /// Whether this term still leads (writes are allowed).
+    pub fn leading(&self) -> bool {
+        !self.term.is_cancelled()
+    }
+}

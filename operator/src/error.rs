@@ -1,0 +1,65 @@
+//! The reconcilers' error type: every variant names what was being done and to which object, so a
+//! log line is enough to find the problem.
+
+use crate::jobs::JobBuildError;
+use crate::node_patch::NodeWriteError;
+use crate::rollout::selection::SelectorError;
+
+/// Why a reconcile failed (it is retried with back-off).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// An API call failed.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was being done, naming the object.
+        action: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A node write failed (a conflict is retried at once by the next reconcile).
+    #[error(transparent)]
+    Node(#[from] NodeWriteError),
+    /// A Job could not be built from the spec.
+    #[error(transparent)]
+    Build(#[from] JobBuildError),
+    /// The node selector of a NodeWright is invalid.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// Another label selector of a NodeWright's spec (e.g. podNonInterruptLabels) is invalid.
+    #[error("spec.{field} of NodeWright {nodewright} is not a valid label selector: {reason}")]
+    InvalidSelector {
+        /// The NodeWright.
+        nodewright: String,
+        /// The spec field.
+        field: &'static str,
+        /// The parse error.
+        reason: String,
+    },
+    /// JSON (de)serialisation of an operator-owned value failed.
+    #[error("{what}: {source}")]
+    Json {
+        /// What was being (de)serialised.
+        what: String,
+        /// The error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The leadership term ended: the reconcile stopped before writing.
+    #[error("the leadership term ended; not writing")]
+    TermEnded,
+}
+
+impl ReconcileError {
+    /// Wraps an API error with what was being done.
+    pub fn api(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
+        let action = action.into();
+        move |source| ReconcileError::Api { action, source }
+    }
+
+    /// Whether the error is a lost race that the next attempt resolves by re-reading.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ReconcileError::Node(NodeWriteError::Conflict { .. }))
+            || matches!(self, ReconcileError::Api { source: kube::Error::Api(s), .. } if s.code == 409 || s.code == 422)
+    }
+}

@@ -1,0 +1,64 @@
+//! Kubernetes Events with upstream's reasons (upstream-operator.md §6.5), so `kubectl describe`
+//! shows what the operator did and why. Publishing is best effort: a failed Event is logged, never
+//! a failed reconcile.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use nodewright_shared::api::NodeWright;
+use tracing::debug;
+
+/// The component name in every Event.
+pub const REPORTER: &str = "nodewright-operator";
+
+/// Publishes the operator's Events.
+#[derive(Clone)]
+pub struct Events {
+    recorder: Recorder,
+}
+
+impl Events {
+    /// A publisher reporting as `instance` (the pod name).
+    pub fn new(client: kube::Client, instance: &str) -> Self {
+        Events {
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: REPORTER.to_owned(),
+                    instance: Some(instance.to_owned()),
+                },
+            ),
+        }
+    }
+
+    async fn publish(
+        &self,
+        reference: k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            debug!(%error, reason, "publishing an Event failed");
+        }
+    }
+
+    /// A Normal Event on a NodeWright.
+    pub async fn on_nodewright(&self, nodewright: &NodeWright, reason: &str, note: String) {
+        self.publish(nodewright.object_ref(&()), EventType::Normal, reason, note)
+            .await;
+    }
+
+    /// A Normal Event on a node.
+    pub async fn on_node(&self, node: &Node, reason: &str, note: String) {
+        self.publish(node.object_ref(&()), EventType::Normal, reason, note)
+            .await;
+    }
+}

@@ -1,0 +1,118 @@
+//! Reading the Jobs the operator owns: whether one finished, whether its outcome is already in node
+//! state (`nodewright.nvidia.com/state-recorded`), which package, stage and node it runs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use nodewright_shared::keys;
+
+use crate::jobs::PackageAnnotation;
+
+/// Value of `nodewright.nvidia.com/state-recorded`: which outcome was written to node state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// `(stage, complete)` was recorded.
+    Complete,
+    /// The stage timed out: `(stage, erroring)` stays and the Job is the evidence.
+    TimedOut,
+    /// Only admission rejections: processed; the Job is deleted and the stage reruns.
+    Rejected,
+}
+
+impl Recorded {
+    /// The annotation value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Recorded::Complete => "complete",
+            Recorded::TimedOut => "timed-out",
+            Recorded::Rejected => "rejected",
+        }
+    }
+
+    /// Parses the annotation value (anything else: not recorded by this version).
+    pub fn parse(value: &str) -> Option<Recorded> {
+        match value {
+            "complete" => Some(Recorded::Complete),
+            "timed-out" => Some(Recorded::TimedOut),
+            "rejected" => Some(Recorded::Rejected),
+            _ => None,
+        }
+    }
+}
+
+/// The recorded outcome of a Job, if any.
+pub fn recorded(job: &Job) -> Option<Recorded> {
+    job.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::STATE_RECORDED_ANNOTATION))
+        .and_then(|v| Recorded::parse(v))
+}
+
+/// Whether the Job reached a terminal condition (`Complete` or `Failed`).
+pub fn is_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+}
+
+/// Whether the Job is suspended.
+pub fn is_suspended(job: &Job) -> bool {
+    job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)
+}
+
+/// The package annotation of a Job (which package, version, NodeWright and stage it runs).
+pub fn package_of(job: &Job) -> Option<PackageAnnotation> {
+    job.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::PACKAGE_ANNOTATION))
+        .and_then(|v| PackageAnnotation::parse(v).ok())
+}
+
+/// The node a Job is pinned to (its pod template's `nodeName`; the node label may be shortened).
+pub fn node_of(job: &Job) -> Option<&str> {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.node_name.as_deref())
+}
+
+/// A NodeWright's Jobs by name.
+#[derive(Debug, Default)]
+pub struct JobIndex {
+    jobs: BTreeMap<String, Job>,
+}
+
+impl JobIndex {
+    /// Indexes `jobs` by name.
+    pub fn new(jobs: impl IntoIterator<Item = Job>) -> Self {
+        JobIndex {
+            jobs: jobs
+                .into_iter()
+                .filter_map(|j| j.metadata.name.clone().map(|n| (n, j)))
+                .collect(),
+        }
+    }
+
+    /// The Job named `name`.
+    pub fn get(&self, name: &str) -> Option<&Job> {
+        self.jobs.get(name)
+    }
+
+    /// Every Job.
+    pub fn iter(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    /// Whether a package (not interrupt) Job is unfinished on `node`: an interrupt waits for those only
+    /// (DESIGN §9: not for any pod of any NodeWright).
+    pub fn unfinished_package_job_on(&self, node: &str) -> bool {
+        self.jobs.values().any(|j| {
+            node_of(j) == Some(node) && !crate::outcome::is_interrupt_job(j) && !is_finished(j)
+        })
+    }
+}

@@ -1,0 +1,260 @@
+//! Writing to Nodes without ever losing someone else's update (DESIGN §4.5).
+//!
+//! Node annotations are shared: the rollout and the outcome paths both write a NodeWright's node
+//! state, other NodeWrights write theirs, users and other controllers write the rest. Every write
+//! here is an RFC 6902 JSON Patch that starts with `test /metadata/resourceVersion`: the apiserver
+//! applies it only to the exact version it was computed from, and answers 422 otherwise. Callers
+//! re-read and recompute on [`NodeWriteError::Conflict`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// The changes to make to one node; `None` values remove the key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeEdit {
+    /// Annotations to set (`Some`) or remove (`None`).
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// Labels to set or remove.
+    pub labels: BTreeMap<String, Option<String>>,
+    /// `spec.unschedulable` to set.
+    pub unschedulable: Option<bool>,
+    /// `spec.taints` to set (the whole list).
+    pub taints: Option<Vec<k8s_openapi::api::core::v1::Taint>>,
+}
+
+impl NodeEdit {
+    /// Sets an annotation.
+    pub fn annotate(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.annotations.insert(key.into(), Some(value.into()));
+    }
+
+    /// Removes an annotation.
+    pub fn remove_annotation(&mut self, key: impl Into<String>) {
+        self.annotations.insert(key.into(), None);
+    }
+
+    /// Sets a label.
+    pub fn label(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.labels.insert(key.into(), Some(value.into()));
+    }
+
+    /// Removes a label.
+    pub fn remove_label(&mut self, key: impl Into<String>) {
+        self.labels.insert(key.into(), None);
+    }
+}
+
+/// Why a node write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeWriteError {
+    /// The node changed since it was read (or is gone): re-read and recompute.
+    #[error("node {node} changed since it was read (resourceVersion {resource_version})")]
+    Conflict {
+        /// Node name.
+        node: String,
+        /// The version the patch was computed from.
+        resource_version: String,
+    },
+    /// The node object lacks a name or resourceVersion (not read from the API).
+    #[error("node {node:?} has no {field}: it was not read from the API server")]
+    Incomplete {
+        /// Node name, if any.
+        node: String,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// Any other API error.
+    #[error("patching node {node}: {source}")]
+    Api {
+        /// Node name.
+        node: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+fn add(path: String, value: Value) -> Value {
+    json!({"op": "add", "path": path, "value": value})
+}
+
+fn map_ops(
+    ops: &mut Vec<Value>,
+    parent: &str,
+    current: Option<&BTreeMap<String, String>>,
+    changes: &BTreeMap<String, Option<String>>,
+) {
+    let mut created = current.is_some();
+    for (key, value) in changes {
+        let existing = current.and_then(|m| m.get(key));
+        let path = format!("{parent}/{}", escape(key));
+        match value {
+            Some(v) if existing != Some(v) => {
+                if !created {
+                    ops.push(add(parent.to_owned(), Value::Object(Default::default())));
+                    created = true;
+                }
+                ops.push(add(path, Value::String(v.clone())));
+            }
+            None if existing.is_some() => ops.push(json!({"op": "remove", "path": path})),
+            _ => {}
+        }
+    }
+}
+
+/// The JSON Patch that applies `edit` to `node` as read, guarded by its resourceVersion; `None` when
+/// the node already looks like that.
+pub fn node_patch(node: &Node, edit: &NodeEdit) -> Option<json_patch::Patch> {
+    let mut ops = Vec::new();
+    map_ops(
+        &mut ops,
+        "/metadata/annotations",
+        node.metadata.annotations.as_ref(),
+        &edit.annotations,
+    );
+    map_ops(
+        &mut ops,
+        "/metadata/labels",
+        node.metadata.labels.as_ref(),
+        &edit.labels,
+    );
+    if let Some(unschedulable) = edit.unschedulable {
+        let current = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if current != unschedulable {
+            if node.spec.is_none() {
+                ops.push(add("/spec".to_owned(), Value::Object(Default::default())));
+            }
+            ops.push(add(
+                "/spec/unschedulable".to_owned(),
+                Value::Bool(unschedulable),
+            ));
+        }
+    }
+    if let Some(taints) = &edit.taints {
+        let current = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+        if current.map(Vec::as_slice).unwrap_or_default() != taints.as_slice() {
+            if node.spec.is_none() {
+                ops.push(add("/spec".to_owned(), Value::Object(Default::default())));
+            }
+            ops.push(add(
+                "/spec/taints".to_owned(),
+                serde_json::to_value(taints).unwrap_or(Value::Array(Vec::new())),
+            ));
+        }
+    }
+    if ops.is_empty() {
+        return None;
+    }
+    let rv = node.metadata.resource_version.clone().unwrap_or_default();
+    ops.insert(
+        0,
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}),
+    );
+    // Every operation above is well-formed by construction (paths are escaped pointers).
+    serde_json::from_value(Value::Array(ops)).ok()
+}
+
+/// Applies `edit` to `node` (as read) with the resourceVersion precondition. Returns the updated node,
+/// or `None` when nothing had to change.
+pub async fn apply(
+    api: &Api<Node>,
+    node: &Node,
+    edit: &NodeEdit,
+) -> Result<Option<Node>, NodeWriteError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let Some(resource_version) = node.metadata.resource_version.clone() else {
+        return Err(NodeWriteError::Incomplete {
+            node: name,
+            field: "resourceVersion",
+        });
+    };
+    let Some(patch) = node_patch(node, edit) else {
+        return Ok(None);
+    };
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(updated) => Ok(Some(updated)),
+        // 422: the `test` op failed; 409: a concurrent update won inside the apiserver; 404: gone.
+        Err(kube::Error::Api(status)) if matches!(status.code, 409 | 422 | 404) => {
+            Err(NodeWriteError::Conflict {
+                node: name,
+                resource_version,
+            })
+        }
+        Err(source) => Err(NodeWriteError::Api { node: name, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde_json::json;
+
+    fn node(annotations: Option<&[(&str, &str)]>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                resource_version: Some("42".into()),
+                annotations: annotations.map(|a| {
+                    a.iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect()
+                }),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: None,
+        }
+    }
+
+    #[test]
+    fn every_patch_is_guarded_by_the_resource_version() {
+        let mut edit = NodeEdit::default();
+        edit.annotate("nodewright.nvidia.com/nodeState_nw", "{}");
+        edit.unschedulable = Some(true);
+        let patch = node_patch(&node(None), &edit).expect("a change");
+        assert_eq!(
+            serde_json::to_value(&patch).expect("json"),
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "add", "path": "/metadata/annotations", "value": {}},
+                {"op": "add", "path": "/metadata/annotations/nodewright.nvidia.com~1nodeState_nw", "value": "{}"},
+                {"op": "add", "path": "/spec", "value": {}},
+                {"op": "add", "path": "/spec/unschedulable", "value": true},
+            ])
+        );
+    }
+
+    #[test]
+    fn no_op_edits_produce_no_patch_and_removals_only_touch_existing_keys() {
+        let n = node(Some(&[("a", "1")]));
+        let mut same = NodeEdit::default();
+        same.annotate("a", "1");
+        same.remove_annotation("absent");
+        assert!(node_patch(&n, &same).is_none());
+        let mut remove = NodeEdit::default();
+        remove.remove_annotation("a");
+        let patch = node_patch(&n, &remove).expect("a change");
+        assert_eq!(
+            serde_json::to_value(&patch).expect("json"),
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "remove", "path": "/metadata/annotations/a"},
+            ])
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! The node cache (DESIGN §4.5): one watch of all Nodes into a reflector store, trimmed of what the
+//! operator never reads (managed fields, image lists, condition heartbeats), so a large fleet's cache
+//! stays small. It runs on every replica, leader or not, so a new leader starts with a warm cache.
+//!
+//! Changes that matter to a rollout (labels, annotations, taints, cordon, boot ID) are forwarded as
+//! triggers; heartbeats are not, so a quiet fleet causes no reconciles.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info_span, warn};
+
+/// Drops what the operator never reads from a cached node.
+pub fn trim(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_in_use = None;
+        status.volumes_attached = None;
+        for condition in status.conditions.iter_mut().flatten() {
+            condition.last_heartbeat_time = None;
+        }
+    }
+}
+
+/// Hash of what can change a rollout decision; equal hashes are not forwarded.
+pub fn rollout_relevant(node: &Node) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    node.metadata.name.hash(&mut h);
+    node.metadata.labels.hash(&mut h);
+    node.metadata.annotations.hash(&mut h);
+    node.metadata.deletion_timestamp.is_some().hash(&mut h);
+    if let Some(spec) = &node.spec {
+        spec.unschedulable.hash(&mut h);
+        for t in spec.taints.iter().flatten() {
+            (&t.key, &t.value, &t.effect).hash(&mut h);
+        }
+    }
+    node.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| &i.boot_id)
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// Keeps `writer`'s store in sync with the cluster's nodes until `shutdown`, sending a trigger on
+/// every relevant change.
+pub async fn run(
+    client: kube::Client,
+    writer: Writer<Node>,
+    triggers: broadcast::Sender<()>,
+    shutdown: CancellationToken,
+) {
+    let api: Api<Node> = Api::all(client);
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .touched_objects()
+        .predicate_filter(rollout_relevant, PredicateConfig::default());
+    let mut stream = std::pin::pin!(stream);
+    async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                next = stream.next() => match next {
+                    Some(Ok(_)) => {
+                        // No receiver (no term running) is fine.
+                        let _ = triggers.send(());
+                    }
+                    Some(Err(error)) => warn!(%error, "node watch error; retrying"),
+                    None => break,
+                },
+            }
+        }
+    }
+    .instrument(info_span!("node_cache"))
+    .await;
+}
+
+/// A stream of unit triggers from a broadcast receiver (a lagging receiver still triggers once).
+pub fn triggers(rx: broadcast::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        match rx.recv().await {
+            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => Some(((), rx)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn heartbeats_are_trimmed_and_do_not_trigger() {
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    last_heartbeat_time: Some(Time(Timestamp::UNIX_EPOCH)),
+                    ..NodeCondition::default()
+                }]),
+                ..NodeStatus::default()
+            }),
+        };
+        let before = rollout_relevant(&node);
+        trim(&mut node);
+        assert!(node.metadata.managed_fields.is_none());
+        assert_eq!(rollout_relevant(&node), before);
+        node.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
+        assert_ne!(rollout_relevant(&node), before);
+    }
+}

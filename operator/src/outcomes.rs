@@ -1,0 +1,399 @@
+//! The Job/Pod outcome reconciler (DESIGN §4.4): turns what Jobs and their pods did into node state.
+//!
+//! - Live path (a pod changed, the Job still runs): the first genuine failure writes
+//!   `(stage, erroring)` with the attempt count as `restarts`; later attempts update the count.
+//! - Terminal path (the Job finished): `Complete` ⇒ `(stage, complete)`; genuine failures ⇒ the
+//!   stage timed out, `(stage, erroring)` stays and the Job stays as evidence (first and last failed
+//!   attempt kept); only admission rejections ⇒ processed, the Job is deleted and the stage reruns.
+//!   Then `nodewright.nvidia.com/state-recorded` and the TTL go on the Job, and only from then on may
+//!   anything delete it.
+//! - Disrupted pods are ignored everywhere (the one predicate of [`crate::outcome`]).
+//!
+//! Every node write re-reads the node and carries the resourceVersion precondition; a record is only
+//! written over the same stage it describes (a late or repeated event can never move a package back).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{NodeState, Stage, State};
+use serde_json::json;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::context::Context;
+use crate::error::ReconcileError;
+use crate::job_state::{Recorded, node_of, package_of, recorded};
+use crate::jobs::PackageAnnotation;
+use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::outcome::{JobOutcome, attempts, classify_job, evidence_to_prune, is_interrupt_job};
+use crate::rollout::node_work::parse_state;
+use crate::state_metrics::Outcome;
+
+/// How long a Job may sit at `FailureTarget` before it is looked at again.
+const STUCK_RECHECK: Duration = Duration::from_secs(30);
+/// A Job at `FailureTarget` for longer than this (its pods on an unreachable node cannot finish)
+/// surfaces as erroring (DESIGN §4.4).
+const STUCK_BOUND: Duration = Duration::from_secs(120);
+
+/// How long the Job has been at `FailureTarget=True`.
+fn stuck_for(job: &Job) -> Option<Duration> {
+    let since = job
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "FailureTarget" && c.status == "True")?
+        .last_transition_time
+        .as_ref()?
+        .0;
+    let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(since);
+    Duration::try_from(elapsed).ok()
+}
+
+/// What an outcome does to the package's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// The stage completed.
+    Complete,
+    /// A genuine failure: erroring with this many failed attempts.
+    Erroring(i32),
+}
+
+/// Applies an outcome to the node state; returns whether anything changed. Only the record of the
+/// Job's own package, version and stage is touched, and never once it is complete.
+pub fn apply_record(
+    state: &mut NodeState,
+    job: &PackageAnnotation,
+    interrupt: bool,
+    record: Record,
+) -> bool {
+    let Some(current) = state.get(&job.name, &job.version).cloned() else {
+        return false;
+    };
+    if current.stage != job.stage || current.state == Some(State::Complete) {
+        return false;
+    }
+    let mut next = current.clone();
+    match record {
+        Record::Erroring(restarts) => {
+            next.state = Some(State::Erroring);
+            next.restarts = restarts;
+        }
+        Record::Complete => next.state = Some(State::Complete),
+    }
+    let mut changed = next != current;
+    state.upsert(next);
+    if record == Record::Complete {
+        if interrupt {
+            // The packages folded into this merged interrupt complete with it.
+            let skipped: Vec<_> = state
+                .iter()
+                .filter(|r| r.stage == job.stage && r.state == Some(State::Skipped))
+                .cloned()
+                .collect();
+            for mut r in skipped {
+                r.state = Some(State::Complete);
+                state.upsert(r);
+                changed = true;
+            }
+        }
+        if job.stage == Stage::Upgrade {
+            let old: Vec<_> = state
+                .iter()
+                .filter(|r| r.name == job.name && r.version != job.version)
+                .map(|r| r.version.clone())
+                .collect();
+            for version in old {
+                state.remove(&job.name, &version);
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// Reconciles one Job (and, through it, its pods).
+pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let span = info_span!("reconcile_job", job = %job.name_any());
+    let result = reconcile_inner(&job, &ctx).instrument(span).await;
+    ctx.metrics.count_reconcile(
+        "job",
+        if result.is_ok() {
+            Outcome::Success
+        } else {
+            Outcome::Error
+        },
+    );
+    result
+}
+
+/// Retry policy of the outcome reconciler.
+pub fn error_policy(job: Arc<Job>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    if error.is_conflict() {
+        return Action::requeue(Duration::from_millis(500));
+    }
+    if !matches!(error, ReconcileError::TermEnded) {
+        warn!(job = %job.name_any(), %error, "recording a Job outcome failed");
+    }
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileError> {
+    if !ctx.leading() || recorded(job).is_some() || job.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let (Some(annotation), Some(node)) = (package_of(job), node_of(job)) else {
+        debug!("not a NodeWright Job (no package annotation or node); ignoring");
+        return Ok(Action::await_change());
+    };
+    let name = job.name_any();
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods = pods_api
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+        .await
+        .map_err(ReconcileError::api(format!(
+            "listing the pods of Job {name}"
+        )))?
+        .items;
+    let interrupt = is_interrupt_job(job);
+    match classify_job(job, &pods) {
+        JobOutcome::Running => {
+            // A suspended (paused) Job's pods are killed by the suspension, not by the package.
+            let failed = if crate::job_state::is_suspended(job) {
+                0
+            } else {
+                attempts(&pods)
+            };
+            if failed > 0 {
+                record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;
+            }
+            Ok(Action::await_change())
+        }
+        JobOutcome::Succeeded => {
+            record(ctx, node, &annotation, interrupt, Record::Complete).await?;
+            mark(
+                ctx,
+                &name,
+                Recorded::Complete,
+                ctx.config.defaults.ttl_succeeded_seconds(),
+            )
+            .await?;
+            Ok(Action::await_change())
+        }
+        JobOutcome::TimedOut => {
+            record(
+                ctx,
+                node,
+                &annotation,
+                interrupt,
+                Record::Erroring(attempts(&pods).max(1)),
+            )
+            .await?;
+            for pod in evidence_to_prune(&pods) {
+                match pods_api.delete(&pod, &DeleteParams::default()).await {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(source) => {
+                        return Err(ReconcileError::Api {
+                            action: format!("pruning failed attempt {pod} of Job {name}"),
+                            source,
+                        });
+                    }
+                }
+            }
+            mark(
+                ctx,
+                &name,
+                Recorded::TimedOut,
+                ctx.config.defaults.ttl_failed_seconds(),
+            )
+            .await?;
+            info!(node, package = %annotation.name, stage = %annotation.stage, "stage timed out; Job kept as evidence");
+            Ok(Action::await_change())
+        }
+        JobOutcome::OnlyRejected => {
+            mark(
+                ctx,
+                &name,
+                Recorded::Rejected,
+                ctx.config.defaults.ttl_failed_seconds(),
+            )
+            .await?;
+            crate::rollout::job_ops::delete(ctx, &name).await?;
+            info!(node, package = %annotation.name, stage = %annotation.stage, "attempts only rejected at admission; the stage runs again");
+            Ok(Action::await_change())
+        }
+        JobOutcome::Stuck => {
+            if stuck_for(job).is_some_and(|d| d > STUCK_BOUND) {
+                let failed = attempts(&pods).max(1);
+                record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;
+            }
+            Ok(Action::requeue(STUCK_RECHECK))
+        }
+    }
+}
+
+/// Writes `record` into the node's state for the Job's NodeWright (fresh read, precondition, retry).
+async fn record(
+    ctx: &Context,
+    node: &str,
+    job: &PackageAnnotation,
+    interrupt: bool,
+    outcome: Record,
+) -> Result<(), ReconcileError> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let key = keys::node_state_key(&job.nodewright);
+    for attempt in 0..5 {
+        let Some(current) = api
+            .get_opt(node)
+            .await
+            .map_err(ReconcileError::api(format!("reading node {node}")))?
+        else {
+            return Ok(());
+        };
+        let Some(mut state) = parse_state(&current, &job.nodewright) else {
+            warn!(node, nodewright = %job.nodewright, "node state is malformed; outcome not recorded");
+            return Ok(());
+        };
+        if !apply_record(&mut state, job, interrupt, outcome) {
+            return Ok(());
+        }
+        let mut edit = NodeEdit::default();
+        edit.annotate(key.clone(), state.to_annotation());
+        if !ctx.leading() {
+            return Err(ReconcileError::TermEnded);
+        }
+        match node_patch::apply(&api, &current, &edit).await {
+            Ok(_) => {
+                info!(node, package = %job.name, stage = %job.stage, ?outcome, "recorded outcome");
+                return Ok(());
+            }
+            Err(NodeWriteError::Conflict { .. }) if attempt < 4 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Marks the Job's outcome as recorded and starts its TTL.
+async fn mark(
+    ctx: &Context,
+    job: &str,
+    outcome: Recorded,
+    ttl_seconds: i32,
+) -> Result<(), ReconcileError> {
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    let patch = json!({
+        "metadata": {"annotations": {keys::STATE_RECORDED_ANNOTATION: outcome.as_str()}},
+        "spec": {"ttlSecondsAfterFinished": ttl_seconds},
+    });
+    Api::<Job>::namespaced(ctx.client.clone(), &ctx.config.namespace)
+        .patch(job, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(ReconcileError::api(format!(
+            "marking Job {job} as recorded"
+        )))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::node_state::PackageStatus;
+
+    fn entry(name: &str, version: &str, stage: Stage, state: State) -> PackageStatus {
+        PackageStatus {
+            name: name.into(),
+            version: version.into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage,
+            state: Some(state),
+            restarts: 0,
+        }
+    }
+
+    fn job(name: &str, version: &str, stage: Stage) -> PackageAnnotation {
+        PackageAnnotation {
+            name: name.into(),
+            version: version.into(),
+            nodewright: "nw".into(),
+            stage,
+            image: "img".into(),
+            container_sha: None,
+        }
+    }
+
+    #[test]
+    fn outcomes_only_touch_their_own_stage_and_never_undo_completion() {
+        let mut s = NodeState::default();
+        s.upsert(entry("a", "1", Stage::Config, State::InProgress));
+        // A late event of the finished apply Job changes nothing.
+        assert!(!apply_record(
+            &mut s,
+            &job("a", "1", Stage::Apply),
+            false,
+            Record::Erroring(2)
+        ));
+        assert!(apply_record(
+            &mut s,
+            &job("a", "1", Stage::Config),
+            false,
+            Record::Erroring(1)
+        ));
+        assert_eq!(
+            s.get("a", "1").map(|r| (r.state, r.restarts)),
+            Some((Some(State::Erroring), 1))
+        );
+        assert!(apply_record(
+            &mut s,
+            &job("a", "1", Stage::Config),
+            false,
+            Record::Complete
+        ));
+        assert!(!apply_record(
+            &mut s,
+            &job("a", "1", Stage::Config),
+            false,
+            Record::Erroring(3)
+        ));
+        assert_eq!(s.get("a", "1").and_then(|r| r.state), Some(State::Complete));
+    }
+
+    #[test]
+    fn an_interrupt_completes_the_packages_folded_into_it() {
+        let mut s = NodeState::default();
+        s.upsert(entry("a", "1", Stage::Interrupt, State::Skipped));
+        s.upsert(entry("b", "1", Stage::Interrupt, State::InProgress));
+        assert!(apply_record(
+            &mut s,
+            &job("b", "1", Stage::Interrupt),
+            true,
+            Record::Complete
+        ));
+        assert!(s.iter().all(|r| r.state == Some(State::Complete)));
+    }
+
+    #[test]
+    fn a_completed_upgrade_drops_the_old_version() {
+        let mut s = NodeState::default();
+        s.upsert(entry("a", "1.0.0", Stage::Config, State::Complete));
+        s.upsert(entry("a", "2.0.0", Stage::Upgrade, State::InProgress));
+        assert!(apply_record(
+            &mut s,
+            &job("a", "2.0.0", Stage::Upgrade),
+            false,
+            Record::Complete
+        ));
+        assert!(s.get("a", "1.0.0").is_none());
+        assert!(s.get("a", "2.0.0").is_some());
+    }
+}

@@ -1,0 +1,128 @@
+//! The finalizer `nodewright.nvidia.com/nodewright` (upstream-operator.md §7.3): added on first sight;
+//! on deletion the NodeWright's marks are taken off its nodes (status annotation and label, its cordon
+//! claim; the node state stays as the record of what is installed) before the finalizer is removed.
+//! Jobs and ConfigMaps go with the NodeWright through their owner references.
+//! Uninstall-enabled packages are uninstalled first: while one is still recorded on a node, the
+//! rollout keeps running in deletion mode ([`super::uninstall`]) and this cleanup waits.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use nodewright_shared::api::NodeWright;
+use nodewright_shared::keys;
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::node_work::reread;
+use crate::context::Context;
+use crate::error::ReconcileError;
+use crate::interrupts;
+use crate::node_patch::{self, NodeEdit, NodeWriteError};
+
+/// Whether the NodeWright carries the finalizer.
+pub fn has_finalizer(nodewright: &NodeWright) -> bool {
+    nodewright.finalizers().iter().any(|f| f == keys::FINALIZER)
+}
+
+fn json_patch(ops: Value, what: &str) -> Result<json_patch::Patch, ReconcileError> {
+    serde_json::from_value(ops).map_err(|source| ReconcileError::Json {
+        what: what.to_owned(),
+        source,
+    })
+}
+
+/// Adds the finalizer (guarded by the resourceVersion: a concurrent edit is never overwritten).
+pub async fn add(ctx: &Context, nodewright: &NodeWright) -> Result<(), ReconcileError> {
+    let name = nodewright.name_any();
+    let rv = nodewright.resource_version().unwrap_or_default();
+    let op = if nodewright.metadata.finalizers.is_some() {
+        json!({"op": "add", "path": "/metadata/finalizers/-", "value": keys::FINALIZER})
+    } else {
+        json!({"op": "add", "path": "/metadata/finalizers", "value": [keys::FINALIZER]})
+    };
+    let patch = json_patch(
+        json!([{"op": "test", "path": "/metadata/resourceVersion", "value": rv}, op]),
+        "finalizer patch",
+    )?;
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    Api::<NodeWright>::all(ctx.client.clone())
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(ReconcileError::api(format!(
+            "adding the finalizer to NodeWright {name}"
+        )))?;
+    info!(nodewright = %name, "added finalizer");
+    Ok(())
+}
+
+/// What deleting `nodewright` removes from a node.
+fn cleanup_edit(node: &Node, nodewright: &str) -> NodeEdit {
+    let mut edit = NodeEdit::default();
+    edit.remove_annotation(keys::node_status_key(nodewright));
+    edit.remove_label(keys::node_status_key(nodewright));
+    interrupts::uncordon(&mut edit, node, nodewright);
+    edit
+}
+
+/// Deletion: clean the nodes, then drop the finalizer.
+pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, ReconcileError> {
+    let name = nodewright.name_any();
+    if !has_finalizer(nodewright) {
+        return Ok(Action::await_change());
+    }
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    for cached in ctx.nodes.state() {
+        let node_name = cached.name_any();
+        let mut node = (*cached).clone();
+        for attempt in 0..4 {
+            let edit = cleanup_edit(&node, &name);
+            if !ctx.leading() {
+                return Err(ReconcileError::TermEnded);
+            }
+            match node_patch::apply(&api, &node, &edit).await {
+                Ok(_) => break,
+                Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
+                    match reread(ctx, &name, &node_name).await? {
+                        Some((fresh, _)) => node = fresh,
+                        None => break,
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let index = nodewright
+        .finalizers()
+        .iter()
+        .position(|f| f == keys::FINALIZER)
+        .unwrap_or_default();
+    let rv = nodewright.resource_version().unwrap_or_default();
+    let patch = json_patch(
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": keys::FINALIZER},
+            {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+        ]),
+        "finalizer removal",
+    )?;
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    match Api::<NodeWright>::all(ctx.client.clone())
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => info!(nodewright = %name, "nodes cleaned; removed finalizer"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(source) => {
+            return Err(ReconcileError::Api {
+                action: format!("removing the finalizer of NodeWright {name}"),
+                source,
+            });
+        }
+    }
+    Ok(Action::await_change())
+}

@@ -1,0 +1,143 @@
+//! The rollout's writes to Jobs: create (idempotent by name), delete a recorded Job so its stage can
+//! rerun, suspend/resume on pause, and drift (an unfinished Job whose package changed is replaced).
+//! Rule kept everywhere: a finished Job is deleted only once its outcome is recorded (DESIGN §4.4).
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nodewright_shared::api::NodeWright;
+use serde_json::json;
+use tracing::info;
+
+use crate::context::Context;
+use crate::drift;
+use crate::error::ReconcileError;
+use crate::job_state::{JobIndex, Recorded, is_finished, is_suspended, package_of, recorded};
+
+fn api(ctx: &Context) -> Api<Job> {
+    Api::namespaced(ctx.client.clone(), &ctx.config.namespace)
+}
+
+/// Creates `job` (after the test hook, if any). AlreadyExists is fine: the deterministic name makes
+/// creation idempotent. When the existing Job is finished and recorded (an earlier run of the same
+/// stage), it is deleted so the next pass creates the new run.
+pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
+    if let Some(hook) = &ctx.options.job_hook {
+        hook(&mut job);
+    }
+    let name = job.name_any();
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    match api(ctx).create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            info!(job = %name, "created Job");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let existing = api(ctx)
+                .get_opt(&name)
+                .await
+                .map_err(ReconcileError::api(format!("reading existing Job {name}")))?;
+            if let Some(existing) = existing
+                && is_finished(&existing)
+                && recorded(&existing).is_some()
+            {
+                delete(ctx, &name).await?;
+            }
+            Ok(())
+        }
+        Err(source) => Err(ReconcileError::Api {
+            action: format!("creating Job {}/{name}", ctx.config.namespace),
+            source,
+        }),
+    }
+}
+
+/// Deletes a Job and its pods (background propagation). Gone already is fine.
+pub async fn delete(ctx: &Context, name: &str) -> Result<(), ReconcileError> {
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    match api(ctx).delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            info!(job = %name, "deleted Job");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(source) => Err(ReconcileError::Api {
+            action: format!("deleting Job {}/{name}", ctx.config.namespace),
+            source,
+        }),
+    }
+}
+
+/// Pause: suspends every unfinished Job; resume: unsuspends them (DESIGN §4.4).
+pub async fn set_suspended(
+    ctx: &Context,
+    jobs: &JobIndex,
+    suspend: bool,
+) -> Result<(), ReconcileError> {
+    for job in jobs
+        .iter()
+        .filter(|j| !is_finished(j) && is_suspended(j) != suspend)
+    {
+        if !ctx.leading() {
+            return Err(ReconcileError::TermEnded);
+        }
+        let name = job.name_any();
+        api(ctx)
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"suspend": suspend}})),
+            )
+            .await
+            .map_err(ReconcileError::api(format!(
+                "setting suspend={suspend} on Job {name}"
+            )))?;
+        info!(job = %name, suspend, "changed Job suspension");
+    }
+    Ok(())
+}
+
+/// Drift (DESIGN §4.4): an unfinished package Job whose package no longer matches (its template hash,
+/// or the package is gone from the spec) is deleted, and so is a timed-out one whose package
+/// changed, so the stage runs again with the new spec. Returns how many were deleted.
+pub async fn replace_drifted(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    jobs: &JobIndex,
+) -> Result<usize, ReconcileError> {
+    let nw = nodewright.name_any();
+    let mut deleted = 0;
+    for job in jobs.iter().filter(|j| !crate::outcome::is_interrupt_job(j)) {
+        let finished = is_finished(job);
+        let timed_out = recorded(job) == Some(Recorded::TimedOut);
+        if finished && !timed_out {
+            continue;
+        }
+        let Some(annotation) = package_of(job) else {
+            continue;
+        };
+        let stale = match nodewright
+            .spec
+            .packages
+            .get(&annotation.name)
+            .filter(|p| p.version == annotation.version)
+        {
+            None => !finished,
+            Some(package) => {
+                let hash =
+                    drift::package_template_hash(&nw, &annotation.name, package, &ctx.job_config)?;
+                drift::is_stale(job, &hash)
+            }
+        };
+        if stale {
+            info!(job = %job.name_any(), package = %annotation.name, stage = %annotation.stage, "package changed: replacing its Job");
+            delete(ctx, &job.name_any()).await?;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}

@@ -1,0 +1,276 @@
+//! Carrying out a [`Plan`] on one node: record the node state (with the resourceVersion
+//! precondition) first, then cordon/drain and create the Jobs. Recording first means a crash between
+//! the two leaves "in progress, no Job", which the next pass repairs by creating the Job; the other
+//! order could leave a running Job the state does not know about.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::Api;
+use nodewright_shared::api::{NodeWright, Status};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::NodeState;
+use tracing::debug;
+
+use super::graph;
+use super::plan::{Creation, Plan, plan};
+use super::status::{NodeFacts, any_erroring, node_status};
+use crate::configmaps;
+use crate::context::Context;
+use crate::error::ReconcileError;
+use crate::interrupts;
+use crate::job_state::JobIndex;
+use crate::jobs::{InterruptJobInput, PackageJobInput, build_interrupt_job, build_package_job};
+use crate::node_patch::{self, NodeEdit, NodeWriteError};
+
+/// Adds the node status annotation and label of `nodewright` to `edit`.
+pub fn status_edit(edit: &mut NodeEdit, nodewright: &str, status: Status) {
+    edit.annotate(keys::node_status_key(nodewright), status.as_str());
+    edit.label(keys::node_status_key(nodewright), status.as_str());
+}
+
+/// Reads a node from the API server (not the cache) with its parsed state; `None` when it is gone.
+pub async fn reread(
+    ctx: &Context,
+    nodewright: &str,
+    node: &str,
+) -> Result<Option<(Node, Option<NodeState>)>, ReconcileError> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let fresh = api
+        .get_opt(node)
+        .await
+        .map_err(ReconcileError::api(format!("reading node {node}")))?;
+    Ok(fresh.map(|n| {
+        let state = parse_state(&n, nodewright);
+        (n, state)
+    }))
+}
+
+/// The node's state for `nodewright`: empty when absent, `None` when malformed (never overwritten).
+pub fn parse_state(node: &Node, nodewright: &str) -> Option<NodeState> {
+    match node.annotations().get(&keys::node_state_key(nodewright)) {
+        None => Some(NodeState::default()),
+        Some(text) => NodeState::parse(text).ok(),
+    }
+}
+
+/// What happened on the node.
+#[derive(Debug, Clone)]
+pub struct NodeResult {
+    /// The node's records after this pass.
+    pub state: NodeState,
+    /// Its status.
+    pub status: Status,
+    /// A stage timed out.
+    pub timed_out: bool,
+    /// Work is held back until the node drains (nothing else will trigger the next pass).
+    pub draining: bool,
+}
+
+/// Advances `nodewright` (defaulted) on `node`. Retries with a fresh read when the cache was stale
+/// or the node changed under the write.
+pub async fn advance(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    node: &Node,
+    state: NodeState,
+    jobs: &JobIndex,
+    node_order: i64,
+) -> Result<NodeResult, ReconcileError> {
+    let nw = nodewright.name_any();
+    let name = node.name_any();
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let mut node = node.clone();
+    let mut state = state;
+    let mut fresh = false;
+    for attempt in 0..4 {
+        let p = plan(nodewright, &name, &state, jobs, fresh);
+        if p.stale && !fresh {
+            debug!(node = %name, "cached node may be stale for a rerun decision; reading it");
+            match reread(ctx, &nw, &name).await? {
+                Some((n, Some(s))) => {
+                    node = n;
+                    state = s;
+                    fresh = true;
+                    continue;
+                }
+                _ => break,
+            }
+        }
+        let complete = graph::all_done(&nodewright.spec.packages, &p.state);
+        let status = node_status(NodeFacts {
+            complete,
+            erroring: any_erroring(nodewright, &p.state),
+            active: true,
+            ..NodeFacts::default()
+        });
+        let mut edit = NodeEdit::default();
+        if p.state != state || !node.annotations().contains_key(&keys::node_state_key(&nw)) {
+            edit.annotate(keys::node_state_key(&nw), p.state.to_annotation());
+        }
+        status_edit(&mut edit, &nw, status);
+        if complete {
+            interrupts::uncordon(&mut edit, &node, &nw);
+        } else if p.cordon && !interrupts::holds_cordon(&node, &nw) {
+            interrupts::cordon(&mut edit, &nw);
+        }
+        if !ctx.leading() {
+            return Err(ReconcileError::TermEnded);
+        }
+        match node_patch::apply(&api, &node, &edit).await {
+            Ok(Some(updated)) => node = updated,
+            Ok(None) => {}
+            Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
+                debug!(node = %name, "node changed under the write; re-reading");
+                match reread(ctx, &nw, &name).await? {
+                    Some((n, Some(s))) => {
+                        node = n;
+                        state = s;
+                        fresh = true;
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let draining = execute(ctx, nodewright, &node, &p, node_order).await?;
+        return Ok(NodeResult {
+            state: p.state,
+            status,
+            timed_out: p.timed_out,
+            draining,
+        });
+    }
+    // The node vanished or its state became unreadable while we worked: report it blocked.
+    Ok(NodeResult {
+        state,
+        status: Status::Blocked,
+        timed_out: false,
+        draining: false,
+    })
+}
+
+/// Cordon is written; now drain (for disruptive work), create and delete Jobs. Returns whether some
+/// work waits for the node to drain.
+async fn execute(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    node: &Node,
+    p: &Plan,
+    node_order: i64,
+) -> Result<bool, ReconcileError> {
+    let nw = nodewright.name_any();
+    let name = node.name_any();
+    let mut drained: Option<bool> = None;
+    if p.create
+        .iter()
+        .any(|c| matches!(c, Creation::Package { .. }))
+    {
+        configmaps::apply_node_metadata(
+            &ctx.client,
+            &ctx.config.namespace,
+            nodewright,
+            node,
+            &ctx.job_config.agent_image,
+        )
+        .await?;
+    }
+    for creation in &p.create {
+        let disruptive = matches!(
+            creation,
+            Creation::Interrupt { .. }
+                | Creation::Package {
+                    drain_first: true,
+                    ..
+                }
+        );
+        if disruptive {
+            if !interrupts::holds_cordon(node, &nw) {
+                continue;
+            }
+            let ready = match drained {
+                Some(d) => d,
+                None => {
+                    ctx.events
+                        .on_node(
+                            node,
+                            "Interrupt",
+                            format!("draining node [{name}] for [nodewright:{nw}]"),
+                        )
+                        .await;
+                    let d = interrupts::drain(
+                        &ctx.client,
+                        &name,
+                        &nw,
+                        nodewright.spec.pod_non_interrupt_labels.as_ref(),
+                    )
+                    .await?;
+                    drained = Some(d);
+                    d
+                }
+            };
+            if !ready {
+                debug!(node = %name, "waiting for the node to drain");
+                continue;
+            }
+        }
+        let job = match creation {
+            Creation::Package { key, stage, .. } => {
+                let Some(package) = nodewright.spec.packages.get(key) else {
+                    continue;
+                };
+                build_package_job(&PackageJobInput {
+                    nodewright,
+                    package_key: key,
+                    package,
+                    stage: *stage,
+                    node: &name,
+                    node_order,
+                    config: &ctx.job_config,
+                })?
+            }
+            Creation::Interrupt { merged, stage } => {
+                let Some(package) = nodewright.spec.packages.get(&merged.owner) else {
+                    continue;
+                };
+                build_interrupt_job(&InterruptJobInput {
+                    nodewright,
+                    owner_key: &merged.owner,
+                    owner: package,
+                    interrupt: &merged.interrupt,
+                    stage: *stage,
+                    node: &name,
+                    node_order,
+                    config: &ctx.job_config,
+                })?
+            }
+        };
+        super::job_ops::create(ctx, job).await?;
+        let (package, stage) = match creation {
+            Creation::Package { key, stage, .. } => (key.as_str(), *stage),
+            Creation::Interrupt { merged, stage } => (merged.owner.as_str(), *stage),
+        };
+        let version = nodewright
+            .spec
+            .packages
+            .get(package)
+            .map(|p| p.version.as_str())
+            .unwrap_or_default();
+        let reason = if stage.is_interrupt() {
+            "Interrupt"
+        } else {
+            "Apply"
+        };
+        ctx.events
+            .on_nodewright(
+                nodewright,
+                reason,
+                format!("Applying package [{package}:{version}] to node [{name}] stage [{stage}]"),
+            )
+            .await;
+    }
+    for job in &p.delete {
+        super::job_ops::delete(ctx, job).await?;
+    }
+    Ok(drained == Some(false))
+}

@@ -1,0 +1,524 @@
+//! What to do on one node for one NodeWright, decided without any API call: the node-state records to
+//! write, the Jobs to create, the recorded Jobs to delete so a stage can run again, whether the node
+//! must be cordoned and drained, and whether a stage timed out.
+//!
+//! The plan is computed from the node as cached. A decision that would throw away evidence (deleting
+//! a Job whose outcome is recorded) is only taken on a freshly read node: from a stale cache it would
+//! rerun a stage that in fact completed a moment ago. Such a plan says [`Plan::stale`] instead.
+
+use nodewright_shared::api::NodeWright;
+use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
+
+use super::graph;
+use super::stages::{Step, next_step};
+use crate::job_state::{JobIndex, Recorded, is_finished, recorded};
+use crate::jobs::{MergedInterrupt, merge_interrupts};
+use crate::naming;
+
+/// A Job to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Creation {
+    /// A package stage.
+    Package {
+        /// Package key.
+        key: String,
+        /// Stage.
+        stage: Stage,
+        /// The package disrupts the node: it runs only on a drained node.
+        drain_first: bool,
+    },
+    /// The node's merged interrupt (always on a drained node).
+    Interrupt {
+        /// The merged interrupt and its owner.
+        merged: MergedInterrupt,
+        /// `interrupt` or `uninstall-interrupt`.
+        stage: Stage,
+    },
+}
+
+/// The decision for one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The node state to record (before any Job is created).
+    pub state: NodeState,
+    /// Jobs to create.
+    pub create: Vec<Creation>,
+    /// Finished, recorded Jobs to delete so their stage runs again.
+    pub delete: Vec<String>,
+    /// A disruptive package is in flight: the node must be (stay) cordoned.
+    pub cordon: bool,
+    /// A stage timed out on this node.
+    pub timed_out: bool,
+    /// The cached node may be stale for a decision: re-read it and plan again.
+    pub stale: bool,
+}
+
+fn record(
+    name: &str,
+    nodewright: &NodeWright,
+    stage: Stage,
+    state: State,
+) -> Option<PackageStatus> {
+    let package = nodewright.spec.packages.get(name)?;
+    Some(PackageStatus {
+        name: name.to_owned(),
+        version: package.version.clone(),
+        image: package.image.clone(),
+        container_sha: package.container_sha.clone().unwrap_or_default(),
+        stage,
+        state: Some(state),
+        restarts: 0,
+    })
+}
+
+/// Plans the work of `nodewright` (already defaulted) on `node`, whose records are `state`. `fresh`:
+/// the node was just read from the API server (not the cache).
+pub fn plan(
+    nodewright: &NodeWright,
+    node: &str,
+    state: &NodeState,
+    jobs: &JobIndex,
+    fresh: bool,
+) -> Plan {
+    let nw = nodewright.metadata.name.as_deref().unwrap_or_default();
+    let packages = &nodewright.spec.packages;
+    let mut out = Plan {
+        state: state.clone(),
+        ..Plan::default()
+    };
+    let mut wants_interrupt: Vec<&str> = Vec::new();
+    let mut in_interrupt: Vec<&str> = Vec::new();
+    let mut wants_uninstall_interrupt: Vec<&str> = Vec::new();
+    let mut in_uninstall_interrupt: Vec<&str> = Vec::new();
+
+    for name in graph::runnable(packages, state) {
+        let Some(package) = packages.get(name) else {
+            continue;
+        };
+        let current = state.get(name, &package.version);
+        match next_step(name, package, state) {
+            Step::Done => {}
+            Step::WantsInterrupt => wants_interrupt.push(name),
+            Step::InInterrupt => in_interrupt.push(name),
+            Step::WantsUninstallInterrupt => wants_uninstall_interrupt.push(name),
+            Step::InUninstallInterrupt => in_uninstall_interrupt.push(name),
+            Step::Remove => {
+                out.state.remove(name, &package.version);
+            }
+            Step::Run(stage) => {
+                let disruptive = package.interrupt.is_some()
+                    && matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Uninstall);
+                out.cordon |= disruptive;
+                let job_name = naming::package_job_name(nw, name, &package.version, stage, node);
+                let at_stage = current.filter(|r| r.stage == stage);
+                match jobs.get(&job_name) {
+                    None => {
+                        if at_stage.and_then(|r| r.state) != Some(State::InProgress)
+                            && let Some(r) = record(name, nodewright, stage, State::InProgress)
+                        {
+                            out.state.upsert(r);
+                        }
+                        out.create.push(Creation::Package {
+                            key: name.to_owned(),
+                            stage,
+                            drain_first: disruptive,
+                        });
+                    }
+                    Some(job) if !is_finished(job) => {}
+                    Some(job) => match recorded(job) {
+                        // The outcome path records it first.
+                        None | Some(Recorded::Rejected) => {}
+                        Some(Recorded::TimedOut)
+                            if at_stage.and_then(|r| r.state) == Some(State::Erroring) =>
+                        {
+                            out.timed_out = true;
+                        }
+                        // Recorded, yet the record says the stage still has to run: a rerun (state
+                        // reset, config change), or a stale cache.
+                        Some(_) if fresh => out.delete.push(job_name),
+                        Some(_) => out.stale = true,
+                    },
+                }
+            }
+        }
+    }
+
+    // Both interrupt stages share the node's one interrupt Job: an uninstall-interrupt goes first.
+    let uninstall = [
+        wants_uninstall_interrupt.as_slice(),
+        in_uninstall_interrupt.as_slice(),
+    ];
+    let install = [wants_interrupt.as_slice(), in_interrupt.as_slice()];
+    let phases = [
+        (Stage::UninstallInterrupt, uninstall),
+        (Stage::Interrupt, install),
+    ];
+    for (stage, [wants, inside]) in phases {
+        if !wants.is_empty() || !inside.is_empty() {
+            out.cordon = true;
+            interrupt_phase(&mut out, nodewright, node, state, jobs, fresh, stage, wants, inside);
+            break;
+        }
+    }
+    out
+}
+
+/// Drives the node's merged interrupt of `stage` (`interrupt` or `uninstall-interrupt`): `wants` are
+/// the packages ready for it, `inside` those already in it (owner or skipped).
+#[allow(clippy::too_many_arguments)]
+fn interrupt_phase(
+    out: &mut Plan,
+    nodewright: &NodeWright,
+    node: &str,
+    state: &NodeState,
+    jobs: &JobIndex,
+    fresh: bool,
+    stage: Stage,
+    wants: &[&str],
+    inside: &[&str],
+) {
+    let nw = nodewright.metadata.name.as_deref().unwrap_or_default();
+    let packages = &nodewright.spec.packages;
+    let interrupt_job = naming::interrupt_job_name(nw, node);
+    let merged_of = |names: &[&str]| {
+        merge_interrupts(names.iter().filter_map(|n| {
+            packages
+                .get(*n)
+                .and_then(|p| p.interrupt.as_ref())
+                .map(|i| (*n, i))
+        }))
+    };
+    let owner_running = inside.iter().any(|n| {
+        packages
+            .get(*n)
+            .and_then(|p| state.get(n, &p.version))
+            .is_some_and(|r| {
+                r.stage == stage
+                    && matches!(r.state, Some(State::InProgress | State::Erroring) | None)
+            })
+    });
+    if owner_running {
+        match jobs.get(&interrupt_job) {
+            None => {
+                // Lost (deleted, or the node was rebooted and the Job garbage-collected): recreate.
+                if let Some(merged) = merged_of(inside) {
+                    out.create.push(Creation::Interrupt { merged, stage });
+                }
+            }
+            Some(job) if !is_finished(job) => {}
+            Some(job) => match recorded(job) {
+                None | Some(Recorded::Rejected) => {}
+                Some(Recorded::TimedOut) => out.timed_out = true,
+                Some(Recorded::Complete) if fresh => out.delete.push(interrupt_job.clone()),
+                Some(Recorded::Complete) => out.stale = true,
+            },
+        }
+        return;
+    }
+    // Skipped packages whose owner is gone (e.g. its record was reset): take part again.
+    let mut wants: Vec<&str> = wants.iter().chain(inside).copied().collect();
+    wants.sort_unstable();
+    let package_work = jobs.unfinished_package_job_on(node)
+        || out
+            .create
+            .iter()
+            .any(|c| matches!(c, Creation::Package { .. }));
+    if wants.is_empty() || package_work {
+        return;
+    }
+    match jobs.get(&interrupt_job) {
+        Some(job) if !is_finished(job) => {}
+        Some(job) => {
+            // An earlier interrupt's Job, finished: remove it once its outcome is recorded.
+            if recorded(job).is_some() {
+                out.delete.push(interrupt_job.clone());
+            }
+        }
+        None => {
+            if let Some(merged) = merged_of(&wants) {
+                for name in &wants {
+                    let state = if *name == merged.owner {
+                        State::InProgress
+                    } else {
+                        State::Skipped
+                    };
+                    if let Some(r) = record(name, nodewright, stage, state) {
+                        out.state.upsert(r);
+                    }
+                }
+                out.create.push(Creation::Interrupt { merged, stage });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
+    use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use nodewright_shared::api::{Interrupt, InterruptType, NodeWrightSpec, Package};
+    use nodewright_shared::keys;
+
+    fn package(deps: &[&str], interrupt: Option<InterruptType>) -> Package {
+        Package {
+            version: "1.0.0".into(),
+            image: "img".into(),
+            depends_on: deps
+                .iter()
+                .map(|d| ((*d).to_owned(), "1.0.0".to_owned()))
+                .collect(),
+            interrupt: interrupt.map(|kind| Interrupt {
+                kind,
+                services: vec![],
+            }),
+            ..Package::default()
+        }
+    }
+
+    fn nodewright(packages: &[(&str, Package)]) -> NodeWright {
+        let mut nw = NodeWright::new(
+            "nw",
+            NodeWrightSpec {
+                packages: packages
+                    .iter()
+                    .map(|(k, p)| ((*k).to_owned(), p.clone()))
+                    .collect(),
+                ..NodeWrightSpec::default()
+            },
+        );
+        nw.metadata.uid = Some("uid".into());
+        nw.metadata.generation = Some(1);
+        nw
+    }
+
+    fn entry(name: &str, stage: Stage, state: State) -> PackageStatus {
+        PackageStatus {
+            name: name.into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage,
+            state: Some(state),
+            restarts: 0,
+        }
+    }
+
+    fn state(entries: &[PackageStatus]) -> NodeState {
+        let mut s = NodeState::default();
+        for e in entries {
+            s.upsert(e.clone());
+        }
+        s
+    }
+
+    fn job(name: String, condition: Option<&str>, recorded: Option<Recorded>) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                name: Some(name),
+                annotations: recorded.map(|r| {
+                    BTreeMap::from([(
+                        keys::STATE_RECORDED_ANNOTATION.to_owned(),
+                        r.as_str().to_owned(),
+                    )])
+                }),
+                ..ObjectMeta::default()
+            },
+            // Pinned to n1, as every Job of these tests.
+            spec: Some(JobSpec {
+                template: PodTemplateSpec {
+                    metadata: None,
+                    spec: Some(PodSpec {
+                        node_name: Some("n1".into()),
+                        ..PodSpec::default()
+                    }),
+                },
+                ..JobSpec::default()
+            }),
+            status: condition.map(|c| JobStatus {
+                conditions: Some(vec![JobCondition {
+                    type_: c.into(),
+                    status: "True".into(),
+                    ..JobCondition::default()
+                }]),
+                ..JobStatus::default()
+            }),
+        }
+    }
+
+    fn package_job(pkg: &str, stage: Stage, condition: Option<&str>, rec: Option<Recorded>) -> Job {
+        job(
+            naming::package_job_name("nw", pkg, "1.0.0", stage, "n1"),
+            condition,
+            rec,
+        )
+    }
+
+    fn creates(plan: &Plan) -> Vec<(String, Stage)> {
+        plan.create
+            .iter()
+            .map(|c| match c {
+                Creation::Package { key, stage, .. } => (key.clone(), *stage),
+                Creation::Interrupt { merged, stage } => {
+                    (format!("interrupt:{}", merged.owner), *stage)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fresh_node_starts_the_roots_and_records_them_in_progress() {
+        let nw = nodewright(&[
+            ("a", package(&[], None)),
+            ("b", package(&[], None)),
+            ("c", package(&["a", "b"], None)),
+        ]);
+        let p = plan(
+            &nw,
+            "n1",
+            &NodeState::default(),
+            &JobIndex::default(),
+            false,
+        );
+        assert_eq!(
+            creates(&p),
+            vec![("a".into(), Stage::Apply), ("b".into(), Stage::Apply)]
+        );
+        assert_eq!(
+            p.state.get("a", "1.0.0").map(|r| (r.stage, r.state)),
+            Some((Stage::Apply, Some(State::InProgress)))
+        );
+        assert!(p.state.get("c", "1.0.0").is_none());
+        assert!(!p.cordon);
+    }
+
+    #[test]
+    fn a_running_job_is_left_alone_and_a_finished_unrecorded_one_waits_for_its_outcome() {
+        let nw = nodewright(&[("a", package(&[], None))]);
+        let s = state(&[entry("a", Stage::Apply, State::InProgress)]);
+        for j in [
+            package_job("a", Stage::Apply, None, None),
+            package_job("a", Stage::Apply, Some("Complete"), None),
+        ] {
+            let p = plan(&nw, "n1", &s, &JobIndex::new([j]), false);
+            assert!(p.create.is_empty() && p.delete.is_empty() && !p.stale);
+            assert_eq!(p.state, s);
+        }
+    }
+
+    #[test]
+    fn a_completed_stage_moves_to_the_next() {
+        let nw = nodewright(&[("a", package(&[], None))]);
+        let s = state(&[entry("a", Stage::Apply, State::Complete)]);
+        let jobs = JobIndex::new([package_job(
+            "a",
+            Stage::Apply,
+            Some("Complete"),
+            Some(Recorded::Complete),
+        )]);
+        let p = plan(&nw, "n1", &s, &jobs, false);
+        assert_eq!(creates(&p), vec![("a".into(), Stage::Config)]);
+    }
+
+    #[test]
+    fn a_timed_out_stage_stays_and_is_reported() {
+        let nw = nodewright(&[("a", package(&[], None))]);
+        let s = state(&[entry("a", Stage::Apply, State::Erroring)]);
+        let jobs = JobIndex::new([package_job(
+            "a",
+            Stage::Apply,
+            Some("Failed"),
+            Some(Recorded::TimedOut),
+        )]);
+        let p = plan(&nw, "n1", &s, &jobs, false);
+        assert!(p.timed_out);
+        assert!(p.create.is_empty() && p.delete.is_empty());
+        // Once the evidence is gone (failure TTL), the stage runs again.
+        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(creates(&p), vec![("a".into(), Stage::Apply)]);
+        assert_eq!(
+            p.state.get("a", "1.0.0").and_then(|r| r.state),
+            Some(State::InProgress)
+        );
+    }
+
+    #[test]
+    fn rerunning_over_a_recorded_job_needs_a_fresh_read() {
+        let nw = nodewright(&[("a", package(&[], None))]);
+        // The record was reset while the completed apply Job is still kept.
+        let jobs = JobIndex::new([package_job(
+            "a",
+            Stage::Apply,
+            Some("Complete"),
+            Some(Recorded::Complete),
+        )]);
+        let cached = plan(&nw, "n1", &NodeState::default(), &jobs, false);
+        assert!(cached.stale && cached.delete.is_empty());
+        let fresh = plan(&nw, "n1", &NodeState::default(), &jobs, true);
+        assert_eq!(fresh.delete.len(), 1);
+    }
+
+    #[test]
+    fn interrupt_packages_cordon_and_merge_into_one_interrupt_after_package_work() {
+        let nw = nodewright(&[
+            ("a", package(&[], Some(InterruptType::Service))),
+            ("b", package(&[], Some(InterruptType::Reboot))),
+        ]);
+        let p = plan(
+            &nw,
+            "n1",
+            &NodeState::default(),
+            &JobIndex::default(),
+            false,
+        );
+        assert!(p.cordon);
+        assert!(p.create.iter().all(|c| matches!(
+            c,
+            Creation::Package {
+                drain_first: true,
+                ..
+            }
+        )));
+
+        // a's config still runs: no interrupt yet.
+        let s = state(&[
+            entry("a", Stage::Config, State::InProgress),
+            entry("b", Stage::Config, State::Complete),
+        ]);
+        let jobs = JobIndex::new([package_job("a", Stage::Config, None, None)]);
+        let p = plan(&nw, "n1", &s, &jobs, false);
+        assert!(p.create.is_empty());
+
+        let s = state(&[
+            entry("a", Stage::Config, State::Complete),
+            entry("b", Stage::Config, State::Complete),
+        ]);
+        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(creates(&p), vec![("interrupt:b".into(), Stage::Interrupt)]);
+        assert_eq!(
+            p.state.get("a", "1.0.0").and_then(|r| r.state),
+            Some(State::Skipped)
+        );
+        assert_eq!(
+            p.state.get("b", "1.0.0").and_then(|r| r.state),
+            Some(State::InProgress)
+        );
+
+        // After the interrupt: post-interrupt for both.
+        let s = state(&[
+            entry("a", Stage::Interrupt, State::Complete),
+            entry("b", Stage::Interrupt, State::Complete),
+        ]);
+        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(
+            creates(&p),
+            vec![
+                ("a".into(), Stage::PostInterrupt),
+                ("b".into(), Stage::PostInterrupt)
+            ]
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! The runtime-required taint (upstream-operator.md §7.2): workloads stay off a node until every
+//! `runtimeRequired` NodeWright targeting it is complete there; then the taint (same key and effect,
+//! any value, as Kubernetes' `MatchTaint`) is removed. Auto-tainting new nodes is not done yet.
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::ResourceExt;
+use nodewright_shared::api::NodeWright;
+
+use super::graph::all_done;
+use super::node_work::parse_state;
+use super::selection::NodeSelection;
+use crate::jobs::RuntimeTaint;
+
+/// Whether every `runtimeRequired` NodeWright of `all` that targets `node` is complete on it (and at
+/// least one does).
+pub fn runtime_ready(all: &[NodeWright], node: &Node) -> bool {
+    let mut required = all
+        .iter()
+        .filter(|nw| nw.spec.runtime_required)
+        .filter(|nw| NodeSelection::of(nw).is_ok_and(|s| s.matches(node.labels())));
+    let mut any = false;
+    let done = required.all(|nw| {
+        any = true;
+        parse_state(node, &nw.name_any()).is_some_and(|s| all_done(&nw.spec.packages, &s))
+    });
+    any && done
+}
+
+/// The node's taints without the runtime-required one, when it carries it.
+pub fn without_runtime_taint(node: &Node, taint: &RuntimeTaint) -> Option<Vec<Taint>> {
+    let taints = node.spec.as_ref()?.taints.as_ref()?;
+    let matches = |t: &Taint| t.key == taint.key && t.effect == taint.effect;
+    taints
+        .iter()
+        .any(matches)
+        .then(|| taints.iter().filter(|t| !matches(t)).cloned().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::NodeSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use nodewright_shared::api::{NodeWrightSpec, Package};
+    use nodewright_shared::keys;
+    use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
+
+    fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.map(str::to_owned),
+            effect: effect.into(),
+            time_added: None,
+        }
+    }
+
+    fn runtime() -> RuntimeTaint {
+        RuntimeTaint {
+            key: "nodewright.nvidia.com".into(),
+            value: Some("runtime-required".into()),
+            effect: "NoSchedule".into(),
+        }
+    }
+
+    fn nodewright(name: &str, required: bool) -> NodeWright {
+        NodeWright::new(
+            name,
+            NodeWrightSpec {
+                runtime_required: required,
+                packages: BTreeMap::from([(
+                    "p".to_owned(),
+                    Package {
+                        version: "1".into(),
+                        image: "i".into(),
+                        ..Package::default()
+                    },
+                )]),
+                ..NodeWrightSpec::default()
+            },
+        )
+    }
+
+    fn node(done_for: &[&str], taints: Vec<Taint>) -> Node {
+        let mut state = NodeState::default();
+        state.upsert(PackageStatus {
+            name: "p".into(),
+            version: "1".into(),
+            image: "i".into(),
+            container_sha: String::new(),
+            stage: Stage::Config,
+            state: Some(State::Complete),
+            restarts: 0,
+        });
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                annotations: Some(
+                    done_for
+                        .iter()
+                        .map(|nw| (keys::node_state_key(nw), state.to_annotation()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(taints),
+                ..NodeSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn the_taint_goes_only_when_every_runtime_required_nodewright_is_done() {
+        let all = [
+            nodewright("a", true),
+            nodewright("b", true),
+            nodewright("c", false),
+        ];
+        assert!(!runtime_ready(&all, &node(&["a"], vec![])));
+        assert!(runtime_ready(&all, &node(&["a", "b"], vec![])));
+        assert!(!runtime_ready(
+            &[nodewright("c", false)],
+            &node(&["c"], vec![])
+        ));
+    }
+
+    #[test]
+    fn only_the_runtime_taint_is_removed_whatever_its_value() {
+        let n = node(
+            &[],
+            vec![
+                taint("nodewright.nvidia.com", Some("other"), "NoSchedule"),
+                taint("dedicated", Some("gpu"), "NoSchedule"),
+                taint("nodewright.nvidia.com", None, "NoExecute"),
+            ],
+        );
+        let left = without_runtime_taint(&n, &runtime()).expect("carries it");
+        assert_eq!(
+            left.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+            ["dedicated", "nodewright.nvidia.com"]
+        );
+        assert!(without_runtime_taint(&node(&[], vec![]), &runtime()).is_none());
+    }
+}

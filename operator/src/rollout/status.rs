@@ -1,0 +1,345 @@
+//! The NodeWright's status (upstream-operator.md §6.1–§6.3, with DESIGN §9: paused or policy-missing
+//! is never Ready): per-node status, the roll-up, counts, the package list and the Ready condition.
+//! Pure, so it is computed identically every pass and written only when it changes (a status write
+//! triggers the next reconcile; writing timestamps every pass would loop).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use nodewright_shared::api::{CompartmentStatus, NodeWright, NodeWrightStatus, Status};
+use nodewright_shared::node_state::{NodeState, State};
+
+/// Facts about one node that decide its status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// Every package finished.
+    pub complete: bool,
+    /// The NodeWright is paused.
+    pub paused: bool,
+    /// The NodeWright is disabled.
+    pub disabled: bool,
+    /// Ignored, untolerated taints, malformed state, or no policy.
+    pub blocked: bool,
+    /// A package record is erroring.
+    pub erroring: bool,
+    /// Admitted into the rollout and being worked on.
+    pub active: bool,
+}
+
+/// A node's status for the NodeWright.
+pub fn node_status(f: NodeFacts) -> Status {
+    if f.complete {
+        Status::Complete
+    } else if f.paused {
+        Status::Paused
+    } else if f.disabled {
+        Status::Disabled
+    } else if f.blocked {
+        Status::Blocked
+    } else if f.erroring {
+        Status::Erroring
+    } else if f.active {
+        Status::InProgress
+    } else {
+        Status::Waiting
+    }
+}
+
+/// Whether any record of the node's current packages is erroring.
+pub fn any_erroring(nodewright: &NodeWright, state: &NodeState) -> bool {
+    nodewright
+        .spec
+        .packages
+        .iter()
+        .filter_map(|(name, p)| state.get(name, &p.version))
+        .any(|r| r.state == Some(State::Erroring))
+}
+
+/// The roll-up of node statuses (upstream's `CollectNodeStatus`): all complete (also with no node)
+/// ⇒ complete; any in progress ⇒ in progress; else the common status of the incomplete nodes, or
+/// unknown when they differ.
+pub fn rollup(statuses: &[Status]) -> Status {
+    if statuses.iter().all(|s| *s == Status::Complete) {
+        return Status::Complete;
+    }
+    if statuses.contains(&Status::InProgress) {
+        return Status::InProgress;
+    }
+    let mut rest = statuses.iter().filter(|s| **s != Status::Complete);
+    let first = rest.next().copied().unwrap_or(Status::Unknown);
+    if rest.all(|s| *s == first) {
+        first
+    } else {
+        Status::Unknown
+    }
+}
+
+/// Reason of the Ready condition for a roll-up status.
+pub fn ready_reason(status: Status) -> &'static str {
+    match status {
+        Status::Complete => "NodesConverged",
+        Status::InProgress => "Progressing",
+        Status::Blocked => "Blocked",
+        Status::Erroring => "Erroring",
+        Status::Paused => "Paused",
+        Status::Waiting => "Waiting",
+        Status::Disabled => "Disabled",
+        Status::Unknown => "Unknown",
+    }
+}
+
+/// Everything the status is computed from.
+#[derive(Debug, Clone, Default)]
+pub struct StatusInput {
+    /// Per selected node: its records (`None` when malformed) and status.
+    pub nodes: BTreeMap<String, (Option<NodeState>, Status)>,
+    /// `status.nodePriority` to keep.
+    pub node_priority: BTreeMap<String, Time>,
+    /// `status.nodeOrderOffset`.
+    pub node_order_offset: i32,
+    /// Per compartment.
+    pub compartments: BTreeMap<String, CompartmentStatus>,
+    /// Paused annotation.
+    pub paused: bool,
+    /// Disabled annotation.
+    pub disabled: bool,
+    /// `spec.deploymentPolicy` names a policy that does not exist.
+    pub missing_policy: Option<String>,
+}
+
+fn condition(
+    old: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_owned();
+    // Keep the transition time while the status stays the same (no churn, no reconcile loop).
+    let last_transition_time = old
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        last_transition_time,
+        message,
+        observed_generation: generation,
+        reason: reason.to_owned(),
+        status,
+        type_: type_.to_owned(),
+    }
+}
+
+/// The status to write. `old` is the current status (conditions keep their transition times).
+pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> NodeWrightStatus {
+    let old = nodewright.status.clone().unwrap_or_default();
+    let generation = nodewright.metadata.generation;
+    let statuses: Vec<Status> = input.nodes.values().map(|(_, s)| *s).collect();
+    let complete = statuses.iter().filter(|s| **s == Status::Complete).count();
+    let total = statuses.len();
+    let in_progress = statuses
+        .iter()
+        .filter(|s| matches!(s, Status::InProgress | Status::Erroring))
+        .count();
+    let mut status = rollup(&statuses);
+    if status != Status::Complete && input.disabled {
+        status = Status::Disabled;
+    }
+    if input.paused {
+        status = Status::Paused;
+    }
+    if input.missing_policy.is_some() {
+        status = Status::Blocked;
+    }
+    let ready = status == Status::Complete;
+    let malformed: Vec<&String> = input
+        .nodes
+        .iter()
+        .filter(|(_, (s, _))| s.is_none())
+        .map(|(n, _)| n)
+        .collect();
+
+    let mut conditions = vec![condition(
+        &old.conditions,
+        "Ready",
+        ready,
+        ready_reason(status),
+        format!("{complete}/{total} nodes complete"),
+        generation,
+        now,
+    )];
+    if let Some(policy) = &input.missing_policy {
+        conditions.push(condition(
+            &old.conditions,
+            "DeploymentPolicyNotFound",
+            true,
+            "DeploymentPolicyNotFound",
+            format!("DeploymentPolicy {policy:?} not found"),
+            generation,
+            now,
+        ));
+    }
+    if !malformed.is_empty() {
+        let names: Vec<&str> = malformed.iter().map(|s| s.as_str()).collect();
+        conditions.push(condition(
+            &old.conditions,
+            "NodeStateMalformed",
+            true,
+            "ParseError",
+            format!(
+                "nodeState annotation cannot be parsed on {} node(s): {}",
+                names.len(),
+                names.join(", ")
+            ),
+            generation,
+            now,
+        ));
+    }
+    // Conditions other writers own (none yet) and ours are disjoint; keep unknown ones as they are.
+    let ours = ["Ready", "DeploymentPolicyNotFound", "NodeStateMalformed"];
+    conditions.extend(
+        old.conditions
+            .iter()
+            .filter(|c| !ours.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+
+    let mut package_list: Vec<String> = nodewright
+        .spec
+        .packages
+        .iter()
+        .map(|(k, p)| format!("{k}:{}", p.version))
+        .collect();
+    package_list.sort();
+
+    NodeWrightStatus {
+        observed_generation: if ready {
+            generation
+        } else {
+            old.observed_generation
+        },
+        status: Some(status),
+        node_state: input
+            .nodes
+            .iter()
+            .filter_map(|(n, (s, _))| s.clone().map(|s| (n.clone(), s)))
+            .collect(),
+        node_status: input
+            .nodes
+            .iter()
+            .map(|(n, (_, s))| (n.clone(), *s))
+            .collect(),
+        conditions,
+        node_boot_ids: old.node_boot_ids,
+        node_priority: input.node_priority,
+        node_order_offset: input.node_order_offset,
+        config_updates: old.config_updates,
+        compartment_statuses: input.compartments,
+        nodes_in_progress: i32::try_from(in_progress).unwrap_or(i32::MAX),
+        complete_nodes: format!("{complete}/{total}"),
+        package_list: package_list.join(","),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::api::NodeWrightSpec;
+
+    #[test]
+    fn node_status_precedence() {
+        let f = NodeFacts::default();
+        assert_eq!(node_status(f), Status::Waiting);
+        assert_eq!(
+            node_status(NodeFacts { active: true, ..f }),
+            Status::InProgress
+        );
+        assert_eq!(
+            node_status(NodeFacts {
+                active: true,
+                erroring: true,
+                ..f
+            }),
+            Status::Erroring
+        );
+        assert_eq!(
+            node_status(NodeFacts {
+                blocked: true,
+                erroring: true,
+                ..f
+            }),
+            Status::Blocked
+        );
+        assert_eq!(
+            node_status(NodeFacts {
+                paused: true,
+                active: true,
+                ..f
+            }),
+            Status::Paused
+        );
+        assert_eq!(
+            node_status(NodeFacts {
+                complete: true,
+                paused: true,
+                ..f
+            }),
+            Status::Complete
+        );
+    }
+
+    #[test]
+    fn rollup_follows_upstream() {
+        use Status::*;
+        assert_eq!(rollup(&[]), Complete);
+        assert_eq!(rollup(&[Complete, Complete]), Complete);
+        assert_eq!(rollup(&[Complete, InProgress, Erroring]), InProgress);
+        assert_eq!(rollup(&[Complete, Erroring, Erroring]), Erroring);
+        assert_eq!(rollup(&[Waiting, Blocked]), Unknown);
+    }
+
+    #[test]
+    fn paused_or_policy_missing_is_never_ready() {
+        let nw = NodeWright::new("nw", NodeWrightSpec::default());
+        let now = Timestamp::UNIX_EPOCH;
+        let done = StatusInput {
+            nodes: BTreeMap::from([(
+                "n".to_owned(),
+                (Some(NodeState::default()), Status::Complete),
+            )]),
+            ..StatusInput::default()
+        };
+        let ready = |s: &NodeWrightStatus| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        };
+        let s = build(&nw, done.clone(), now);
+        assert!(ready(&s));
+        assert_eq!(s.complete_nodes, "1/1");
+        let s = build(
+            &nw,
+            StatusInput {
+                paused: true,
+                ..done.clone()
+            },
+            now,
+        );
+        assert!(!ready(&s));
+        assert_eq!(s.status, Some(Status::Paused));
+        let s = build(
+            &nw,
+            StatusInput {
+                missing_policy: Some("p".into()),
+                ..done
+            },
+            now,
+        );
+        assert!(!ready(&s));
+        assert_eq!(s.status, Some(Status::Blocked));
+    }
+}

@@ -1,0 +1,218 @@
+//! The operator process, minus `main`'s process concerns: the node cache (always on), the leader
+//! election, and, during each leadership term, the reconcilers. [`run`] is also what tests call to
+//! run an operator in-process against a real apiserver.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, watcher};
+use nodewright_shared::api::NodeWright;
+use nodewright_shared::keys;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::OperatorConfig;
+use crate::context::{Context, RunOptions};
+use crate::leader::{Elector, LeaderError, LeaderHandle};
+use crate::metrics::LeaderMetrics;
+use crate::state_metrics::StateMetrics;
+use crate::{nodes, outcomes, rollout};
+
+/// Why the operator could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The leader election could not be set up.
+    #[error("leader election: {0}")]
+    Leader(#[from] LeaderError),
+    /// A background task panicked.
+    #[error("operator task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Runs the operator until `shutdown` is cancelled: reconcilers stop first (no write after their
+/// term ends), then the Lease is released so a standby takes over at once. The NodeWright gauges go
+/// to handles nobody scrapes; see [`run_instrumented`].
+pub async fn run(
+    config: OperatorConfig,
+    client: kube::Client,
+    options: RunOptions,
+    leader_metrics: Option<LeaderMetrics>,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    run_instrumented(
+        config,
+        client,
+        options,
+        leader_metrics,
+        StateMetrics::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`], reporting the NodeWright gauges and reconcile counters to `state_metrics` (handles from
+/// the registry `/metrics` serves, [`crate::metrics::Metrics::state`]).
+pub async fn run_instrumented(
+    config: OperatorConfig,
+    client: kube::Client,
+    options: RunOptions,
+    leader_metrics: Option<LeaderMetrics>,
+    state_metrics: StateMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    let config = Arc::new(config);
+    let (node_store, writer) = reflector::store::<Node>();
+    let (node_tx, _) = broadcast::channel::<()>(256);
+    let cache_stop = CancellationToken::new();
+    let cache = tokio::spawn(nodes::run(
+        client.clone(),
+        writer,
+        node_tx.clone(),
+        cache_stop.clone(),
+    ));
+    // One waiter on the store's first sync, fanned out through a watch channel: the store's ready
+    // signal wakes only one of several concurrent waiters.
+    let (synced_tx, synced) = watch::channel(false);
+    {
+        let store = node_store.clone();
+        let readiness = options.readiness.clone();
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_ok() {
+                if let Some(readiness) = readiness {
+                    readiness.mark_synced("nodes");
+                }
+                let _ = synced_tx.send(true);
+            }
+        });
+    }
+
+    let election_stop = CancellationToken::new();
+    let (mut handle, election) = if config.leader_election {
+        let (elector, handle) = Elector::new(client.clone(), config.lease.clone())?;
+        let elector = match leader_metrics {
+            Some(m) => elector.with_metrics(m),
+            None => elector,
+        };
+        (
+            handle,
+            Some(tokio::spawn(elector.run(election_stop.clone()))),
+        )
+    } else {
+        (LeaderHandle::unconditional(&shutdown), None)
+    };
+
+    loop {
+        let term = tokio::select! {
+            term = handle.acquired() => term,
+            () = shutdown.cancelled() => None,
+        };
+        let Some(term) = term else { break };
+        // One token for "stop writing": the term ended or the process is stopping.
+        let stop = CancellationToken::new();
+        {
+            let (stop, term, shutdown) = (stop.clone(), term.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = term.cancelled() => {}
+                    () = shutdown.cancelled() => {}
+                    () = stop.cancelled() => {}
+                }
+                stop.cancel();
+            });
+        }
+        if synced.clone().wait_for(|synced| *synced).await.is_err() {
+            warn!("the node cache stopped before it synced");
+            break;
+        }
+        info!("leading: starting the reconcilers");
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            job_config: config.job_config(),
+            config: config.clone(),
+            nodes: node_store.clone(),
+            term: stop.clone(),
+            options: options.clone(),
+            events: crate::events::Events::new(client.clone(), &config.lease.identity),
+            metrics: state_metrics.clone(),
+        });
+        // The certificate controller is leader-only like the reconcilers, and ends with the term.
+        let certs = options.webhook_certs.clone().map(|settings| {
+            tokio::spawn(crate::webhook_certs::run(
+                client.clone(),
+                settings,
+                stop.clone(),
+            ))
+        });
+        run_term(ctx, node_tx.subscribe()).await;
+        stop.cancel();
+        if let Some(certs) = certs {
+            match certs.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = %e, "webhook certificate controller stopped"),
+                Err(e) => warn!(error = %e, "webhook certificate controller panicked"),
+            }
+        }
+        info!("reconcilers stopped");
+        if shutdown.is_cancelled() {
+            break;
+        }
+    }
+
+    election_stop.cancel();
+    if let Some(election) = election {
+        election.await?;
+    }
+    cache_stop.cancel();
+    cache.await?;
+    Ok(())
+}
+
+/// The reconcilers of one term, until its token is cancelled.
+async fn run_term(ctx: Arc<Context>, node_triggers: broadcast::Receiver<()>) {
+    let namespace = ctx.config.namespace.clone();
+    let client = ctx.client.clone();
+    let owned = watcher::Config::default().labels(keys::NAME_LABEL);
+    let mut nodewrights = watcher::Config::default();
+    if let Some(selector) = &ctx.options.nodewright_selector {
+        nodewrights = nodewrights.labels(selector);
+    }
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
+
+    // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
+    // owner with the Job's namespace and never find it.)
+    let rollout = Controller::new(Api::<NodeWright>::all(client.clone()), nodewrights)
+        .watches(jobs.clone(), owned.clone(), |job: Job| {
+            job.metadata
+                .owner_references
+                .into_iter()
+                .flatten()
+                .filter(|o| o.kind == "NodeWright")
+                .map(|o| ObjectRef::<NodeWright>::new(&o.name))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(nodes::triggers(node_triggers))
+        .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
+        .run(rollout::reconcile, rollout::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "rollout controller event");
+            }
+        });
+
+    let outcomes = Controller::new(jobs, owned.clone())
+        .owns(Api::<Pod>::namespaced(client, &namespace), owned)
+        .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
+        .run(outcomes::reconcile, outcomes::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "outcome controller event");
+            }
+        });
+
+    tokio::join!(rollout, outcomes);
+}

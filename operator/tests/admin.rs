@@ -1,0 +1,135 @@
+//! The admin router in process (tower `oneshot`, no socket), and once over a real socket to check
+//! binding, serving and graceful shutdown.
+
+use std::sync::Arc;
+
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode, header};
+use nodewright_operator::admin::{Readiness, bind, router, serve};
+use nodewright_operator::metrics::Metrics;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+async fn get(app: &axum::Router, path: &str) -> (StatusCode, Option<String>, String) {
+    let response = app
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty()).expect("request"))
+        .await
+        .expect("the router answers");
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = to_bytes(response.into_body(), 1 << 20).await.expect("body");
+    (
+        status,
+        content_type,
+        String::from_utf8(body.to_vec()).expect("utf-8"),
+    )
+}
+
+#[tokio::test]
+async fn probes_and_metrics() {
+    let mut metrics = Metrics::new();
+    let reconciles = prometheus_client::metrics::counter::Counter::<u64>::default();
+    metrics
+        .registry_mut()
+        .register("reconciles", "Reconciles run", reconciles.clone());
+    let leader = metrics.leader();
+    let readiness = Readiness::waiting_for(["nodes", "jobs"]);
+    let app = router(Arc::new(metrics), readiness.clone());
+
+    assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
+
+    let (status, _, body) = get(&app, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body, "waiting for caches to sync: jobs, nodes");
+    readiness.mark_synced("jobs");
+    let (status, _, body) = get(&app, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.ends_with(": nodes"), "{body}");
+    readiness.mark_synced("nodes");
+    assert_eq!(
+        get(&app, "/readyz").await,
+        (
+            StatusCode::OK,
+            Some("text/plain; charset=utf-8".into()),
+            "ok".into()
+        )
+    );
+    assert_eq!(get(&app, "/healthz").await.2, "ok");
+
+    leader.is_leader.set(1);
+    leader.transitions.inc();
+    reconciles.inc_by(3);
+    let (status, content_type, body) = get(&app, "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        content_type.is_some_and(|t| t.starts_with("application/openmetrics-text")),
+        "content type"
+    );
+    for line in [
+        "# TYPE nodewright_operator_is_leader gauge",
+        "nodewright_operator_is_leader 1",
+        "# TYPE nodewright_operator_leader_transitions counter",
+        "nodewright_operator_leader_transitions_total 1",
+        "nodewright_reconciles_total 3",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in:\n{body}"
+        );
+    }
+
+    assert_eq!(get(&app, "/nope").await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn no_caches_means_ready() {
+    let app = router(Arc::new(Metrics::new()), Readiness::default());
+    assert_eq!(get(&app, "/readyz").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn serves_on_a_socket_until_shutdown() {
+    let addr = "127.0.0.1:0".parse().expect("addr");
+    // Equal addresses are bound once (METRICS_LISTEN == PROBE_LISTEN).
+    let listeners = bind(&[addr, addr]).await.expect("binds");
+    assert_eq!(listeners.len(), 1);
+    let local = listeners[0].local_addr().expect("local addr");
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve(
+        listeners,
+        router(Arc::new(Metrics::new()), Readiness::default()),
+        shutdown.clone(),
+    ));
+
+    let mut stream = tokio::net::TcpStream::connect(local)
+        .await
+        .expect("connects");
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("ok"), "{response}");
+
+    // A taken port is reported with the address.
+    let err = bind(&[local]).await.expect_err("in use");
+    assert!(err.to_string().contains(&local.to_string()), "{err}");
+
+    shutdown.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("stops on shutdown")
+        .expect("no panic")
+        .expect("no error");
+}

@@ -1,0 +1,130 @@
+//! The operator binary, as deployed, against the local control plane: configured only through the
+//! environment, it elects itself leader, serves `/readyz` and `/metrics`, rolls a NodeWright out to
+//! every node, and on SIGTERM stops gracefully (exit 0). Waits are bounded only so a broken build
+//! fails instead of hanging; nothing asserts on speed.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use kube::api::{Api, PostParams};
+use nodewright_e2e::{Cluster, ClusterOptions};
+use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::Command;
+
+const BOUND: Duration = Duration::from_secs(180);
+
+/// A free local port (bound, then released for the operator to take).
+async fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// `GET path` over plain HTTP/1.0: (status code, body); `None` while nothing listens.
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cluster = Cluster::shared(ClusterOptions::default())
+        .await
+        .expect("local control plane");
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("binary").await.expect("namespace");
+    let port = free_port().await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .env("NAMESPACE", &ns)
+        .env("LEADER_ELECTION", "true")
+        .env("POD_NAME", "operator-binary-test")
+        .env("METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("PROBE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("LOG_FORMAT", "text")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("operator binary starts");
+
+    cluster
+        .wait_for("/readyz", BOUND, || async {
+            Ok(get(port, "/readyz").await.filter(|(c, _)| *c == 200))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    cluster
+        .wait_for("leadership", BOUND, || async {
+            Ok(get(port, "/metrics")
+                .await
+                .filter(|(_, body)| body.contains("nodewright_operator_is_leader 1")))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let nw = NodeWright::new(
+        &ns,
+        NodeWrightSpec {
+            packages: BTreeMap::from([(
+                "hello".to_owned(),
+                Package {
+                    version: "1.0.0".into(),
+                    image: "ghcr.io/nvidia/skyhook/agentless".into(),
+                    ..Package::default()
+                },
+            )]),
+            // NodeWrightSpec::default() has priority 0, which the CRD rejects.
+            priority: nodewright_shared::api::DEFAULT_PRIORITY,
+            ..NodeWrightSpec::default()
+        },
+    );
+    let api: Api<NodeWright> = Api::all(client.clone());
+    api.create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created");
+    let done = cluster
+        .wait_for("NodeWright complete", BOUND, || {
+            let api = api.clone();
+            let ns = ns.clone();
+            async move {
+                let nw = api
+                    .get(&ns)
+                    .await
+                    .map_err(|e| cluster.kube_error("get".into(), e))?;
+                Ok(nw
+                    .status
+                    .filter(|s| s.status == Some(Status::Complete))
+                    .map(|s| s.complete_nodes))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done, format!("{n}/{n}", n = cluster.node_names().len()));
+
+    let pid = child.id().expect("pid");
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = tokio::time::timeout(BOUND, child.wait())
+        .await
+        .expect("the operator stops after SIGTERM")
+        .expect("exit status");
+    assert_eq!(status.code(), Some(0), "graceful stop");
+}

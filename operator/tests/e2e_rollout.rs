@@ -1,0 +1,1286 @@
+//! The operator end to end on the local control plane (real kube-apiserver, etcd, the real Job
+//! controller, kwok simulating three nodes and what pods do). Each test runs its own operator
+//! in-process, scoped to its own NodeWright (label selector) and namespace, so the tests share the
+//! cluster without seeing each other. A pod's fate (succeed, fail, reject, hang...) is chosen by a
+//! label on the Job's pod template, set through the operator's test hook. No timing assertion: waits
+//! are bounded only so a broken build fails instead of hanging.
+//!
+//! (a) three packages, one depending on the other two, complete on every node; Job shape (DESIGN §4.1).
+//! (b) a package whose attempts exit 1: erroring, then timed out after JOB_BACKOFF_LIMIT+1 attempts,
+//!     the Job kept as evidence with state-recorded.
+//! (c) interrupt packages: cordon, drain (evicting a workload), one merged interrupt, uncordon.
+//! (d) attempts only rejected at kubelet admission: the Job is deleted and the stage runs again.
+//! (e) a disrupted attempt spends no attempt (backoffLimit 0 and the Job still completes).
+//! (f) pause suspends the unfinished Job, resume unsuspends it; a package change replaces it (drift).
+//! (g) interruptionBudget count 1: the nodes are rolled one after another.
+//! (h) two replicas with leader election: only the leader works; when it stops, the other takes over
+//!     the rollout in flight and finishes it.
+//! (i) a version bump upgrades in place (upgrade → config) and drops the old version's record.
+//! (j) runtimeRequired: a node tainted runtime-required loses the taint once the NodeWright is done
+//!     there (on a fake node of its own, so the taint blocks no other test).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
+use nodewright_operator::config::OperatorConfig;
+use nodewright_operator::{JobHook, RunOptions};
+use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{NodeState, Stage, State};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
+const BOUND: Duration = Duration::from_secs(240);
+/// Label that scopes each test's operator to its own NodeWright.
+const SUITE_LABEL: &str = "nodewright.test/suite";
+
+/// Counts the requests a client sends (for the API-call measurement of the rollout).
+#[derive(Clone)]
+struct Counting<S> {
+    inner: S,
+    count: Arc<AtomicUsize>,
+}
+
+impl<S, R> tower::Service<R> for Counting<S>
+where
+    S: tower::Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.inner.call(request)
+    }
+}
+
+/// A client for the operator whose requests are counted in `count`.
+async fn counting_client(cluster: &Cluster, count: Arc<AtomicUsize>) -> kube::Client {
+    let config = cluster.config().await.expect("client config");
+    let builder = kube::client::ClientBuilder::try_from(config).expect("client builder");
+    builder
+        .with_layer(&tower::layer::layer_fn(move |inner| Counting {
+            inner,
+            count: count.clone(),
+        }))
+        .build()
+}
+
+async fn cluster() -> &'static Cluster {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Cluster::shared(ClusterOptions::default())
+        .await
+        .expect("local control plane")
+}
+
+/// An in-process operator, stopped (gracefully) when dropped.
+struct Operator {
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Stops gracefully: the reconcilers stop, then the Lease is released.
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(BOUND, task)
+                .await
+                .expect("the operator stops")
+                .expect("the operator task ends cleanly");
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn start_operator(
+    client: kube::Client,
+    namespace: &str,
+    suite: &str,
+    backoff_limit: i32,
+    hook: Option<JobHook>,
+) -> Operator {
+    start_replica(client, namespace, suite, backoff_limit, hook, None)
+}
+
+/// An operator replica; with `elect = Some(identity)` it takes part in the leader election.
+fn start_replica(
+    client: kube::Client,
+    namespace: &str,
+    suite: &str,
+    backoff_limit: i32,
+    hook: Option<JobHook>,
+    elect: Option<&str>,
+) -> Operator {
+    let mut env = BTreeMap::from([
+        ("NAMESPACE", namespace.to_owned()),
+        ("LEADER_ELECTION", elect.is_some().to_string()),
+        (
+            "POD_NAME",
+            elect.map_or_else(|| format!("operator-{suite}"), str::to_owned),
+        ),
+        ("JOB_BACKOFF_LIMIT", backoff_limit.to_string()),
+        ("LOG_LEVEL", "info".to_owned()),
+        ("LOG_FORMAT", "text".to_owned()),
+    ]);
+    if elect.is_some() {
+        env.extend([
+            ("LEASE_DURATION", "6s".to_owned()),
+            ("LEASE_RENEW_DEADLINE", "4s".to_owned()),
+            ("LEASE_RETRY_PERIOD", "1s".to_owned()),
+        ]);
+    }
+    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
+        .expect("valid operator configuration");
+    // Operator logs go to the test's output (shown for a failing test).
+    nodewright_operator::telemetry::init(&config);
+    let options = RunOptions {
+        nodewright_selector: Some(format!("{SUITE_LABEL}={suite}")),
+        job_hook: hook,
+        readiness: None,
+        webhook_certs: None,
+    };
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        // A failing operator shows up as the test's wait running out; its error is printed here.
+        if let Err(e) = nodewright_operator::run(config, client, options, None, stop).await {
+            eprintln!("operator stopped with an error: {e}");
+        }
+    });
+    Operator {
+        shutdown,
+        task: Some(task),
+    }
+}
+
+fn package(version: &str, deps: &[(&str, &str)]) -> Package {
+    Package {
+        version: version.into(),
+        image: "ghcr.io/nvidia/skyhook/agentless".into(),
+        depends_on: deps
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Package::default()
+    }
+}
+
+async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
+    // NodeWrightSpec::default() has priority 0, which the CRD rejects; the API default is 200.
+    let spec = NodeWrightSpec {
+        priority: nodewright_shared::api::DEFAULT_PRIORITY,
+        ..spec
+    };
+    let mut nw = NodeWright::new(name, spec);
+    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), name.to_owned())]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created")
+}
+
+/// The fixture's fake nodes.
+fn fixture_nodes(cluster: &Cluster) -> Vec<&str> {
+    cluster.node_names().iter().map(String::as_str).collect()
+}
+
+fn on_nodes(names: &[&str]) -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: None,
+        match_expressions: Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                key: "kubernetes.io/hostname".into(),
+                operator: "In".into(),
+                values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+            },
+        ]),
+    })
+}
+
+async fn wait_status(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    want: Status,
+) -> NodeWright {
+    let api = Api::<NodeWright>::all(client.clone());
+    cluster
+        .wait_for(&format!("NodeWright {name} {want}"), BOUND, || {
+            let api = api.clone();
+            async move {
+                let nw = api
+                    .get(name)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
+                let status = nw.status.as_ref().and_then(|s| s.status);
+                Ok((status == Some(want)).then_some(nw))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> NodeState {
+    let node: Node = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("node");
+    let text = node
+        .annotations()
+        .get(&keys::node_state_key(nodewright))
+        .cloned()
+        .unwrap_or_else(|| panic!("node {} has no state for {nodewright}", node.name_any()));
+    NodeState::parse(&text).expect("node state parses")
+}
+
+fn job_package(job: &Job) -> Option<String> {
+    job.labels().get(keys::PACKAGE_LABEL).cloned()
+}
+
+fn condition_time(job: &Job, type_: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_packages_with_dependencies_complete_on_every_node() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("rollout")
+        .await
+        .expect("namespace");
+    let requests = Arc::new(AtomicUsize::new(0));
+    let operator_client = counting_client(cluster, requests.clone()).await;
+    let _operator = start_operator(operator_client, &ns, &ns, 3, None);
+    let started = Instant::now();
+    let mut gamma = package("1.0.0", &[("alpha", "1.0.0"), ("beta", "2.1.0")]);
+    gamma.stage_timeout = Some("90s".into());
+    let created = create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            // The fixture's nodes (another test adds a node of its own).
+            node_selectors: on_nodes(&fixture_nodes(cluster)),
+            packages: BTreeMap::from([
+                ("alpha".to_owned(), package("1.0.0", &[])),
+                ("beta".to_owned(), package("2.1.0", &[])),
+                ("gamma".to_owned(), gamma),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    eprintln!(
+        "MEASURE 3-node rollout of 3 packages (6 Jobs per node): {:?}, {} API requests by the operator \
+         (a watch counts once)",
+        started.elapsed(),
+        requests.load(Ordering::Relaxed)
+    );
+
+    let status = nw.status.clone().expect("status");
+    assert_eq!(status.complete_nodes, "3/3");
+    assert_eq!(status.nodes_in_progress, 0);
+    assert_eq!(status.package_list, "alpha:1.0.0,beta:2.1.0,gamma:1.0.0");
+    assert_eq!(status.observed_generation, nw.metadata.generation);
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "{status:?}"
+    );
+    assert_eq!(status.node_state.len(), 3);
+    assert!(nw.finalizers().iter().any(|f| f == keys::FINALIZER));
+
+    let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let jobs = jobs_api
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items;
+    for node in cluster.node_names() {
+        let state = node_state(&client, node, &ns).await;
+        for (name, version) in [("alpha", "1.0.0"), ("beta", "2.1.0"), ("gamma", "1.0.0")] {
+            let r = state
+                .get(name, version)
+                .unwrap_or_else(|| panic!("{node}: no record of {name}"));
+            assert_eq!(
+                (r.stage, r.state, r.restarts),
+                (Stage::Config, Some(State::Complete), 0),
+                "{node}: {name}"
+            );
+        }
+        let n: Node = Api::<Node>::all(client.clone())
+            .get(node)
+            .await
+            .expect("node");
+        assert_eq!(
+            n.labels()
+                .get(&keys::node_status_key(&ns))
+                .map(String::as_str),
+            Some("complete")
+        );
+
+        // gamma started on this node only after both of its dependencies completed there.
+        let on_node = |pkg: &str, stage: &str| {
+            jobs.iter()
+                .find(|j| {
+                    job_package(j).as_deref() == Some(pkg)
+                        && j.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some(stage)
+                        && j.labels().get(keys::NODE_LABEL) == Some(node)
+                })
+                .unwrap_or_else(|| panic!("{node}: no {pkg} {stage} Job"))
+        };
+        let gamma_apply = on_node("gamma-1.0.0", "apply");
+        let gamma_started = gamma_apply
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .expect("created");
+        for dep in ["alpha-1.0.0", "beta-2.1.0"] {
+            let dep_done =
+                condition_time(on_node(dep, "config"), "Complete").expect("dependency complete");
+            assert!(
+                gamma_started >= dep_done,
+                "{node}: gamma started at {gamma_started} before {dep} completed at {dep_done}"
+            );
+        }
+
+        // DESIGN §4.1 Job shape.
+        let labels = gamma_apply.labels();
+        assert_eq!(labels.get(keys::NAME_LABEL), Some(&ns));
+        assert_eq!(
+            labels.get(keys::PACKAGE_LABEL).map(String::as_str),
+            Some("gamma-1.0.0")
+        );
+        assert_eq!(
+            labels.get(keys::STAGE_LABEL).map(String::as_str),
+            Some("apply")
+        );
+        assert_eq!(labels.get(keys::NODE_LABEL), Some(node));
+        let owner = gamma_apply
+            .owner_references()
+            .first()
+            .expect("owner reference");
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("NodeWright", ns.as_str())
+        );
+        assert_eq!(Some(owner.uid.as_str()), created.metadata.uid.as_deref());
+        assert_eq!(owner.controller, Some(true));
+        assert!(
+            gamma_apply
+                .annotations()
+                .contains_key(keys::PACKAGE_ANNOTATION)
+        );
+        assert_eq!(
+            gamma_apply
+                .annotations()
+                .get(keys::STATE_RECORDED_ANNOTATION)
+                .map(String::as_str),
+            Some("complete")
+        );
+        let spec = gamma_apply.spec.as_ref().expect("job spec");
+        assert_eq!((spec.completions, spec.parallelism), (Some(1), Some(1)));
+        assert_eq!(spec.backoff_limit, Some(3));
+        assert_eq!(spec.pod_replacement_policy.as_deref(), Some("Failed"));
+        assert_eq!(spec.active_deadline_seconds, None, "no Job-level deadline");
+        assert!(
+            spec.ttl_seconds_after_finished.is_some(),
+            "TTL set once recorded"
+        );
+        let rules = &spec
+            .pod_failure_policy
+            .as_ref()
+            .expect("podFailurePolicy")
+            .rules;
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].action, "Ignore");
+        let patterns = rules[0]
+            .on_pod_conditions
+            .as_ref()
+            .expect("onPodConditions");
+        assert_eq!(patterns[0].type_, "DisruptionTarget");
+        let pod = spec.template.spec.as_ref().expect("pod spec");
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            pod.active_deadline_seconds,
+            Some(90),
+            "from stageTimeout 90s"
+        );
+        assert_eq!(pod.node_name.as_deref(), Some(node.as_str()));
+    }
+
+    // Deletion: the finalizer cleans the nodes' status marks, then lets the NodeWright go.
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("delete");
+    let api = Api::<NodeWright>::all(client.clone());
+    cluster
+        .wait_for("NodeWright deleted", BOUND, || {
+            let api = api.clone();
+            let ns = ns.clone();
+            async move {
+                Ok(api
+                    .get_opt(&ns)
+                    .await
+                    .map_err(|e| cluster.kube_error("get".into(), e))?
+                    .is_none()
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for node in cluster.node_names() {
+        let n: Node = Api::<Node>::all(client.clone())
+            .get(node)
+            .await
+            .expect("node");
+        assert!(
+            !n.labels().contains_key(&keys::node_status_key(&ns)),
+            "{node} keeps the status label"
+        );
+        assert!(!n.annotations().contains_key(&keys::node_status_key(&ns)));
+    }
+}
+
+/// A hook that gives the pods of the `stage` Jobs of `package` `fate`.
+fn fate_for(package: &'static str, stage: &'static str, fate: PodFate) -> JobHook {
+    Arc::new(move |job: &mut Job| {
+        if job_package(job).is_some_and(|p| p.starts_with(&format!("{package}-")))
+            && job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some(stage)
+            && let Some(spec) = job.spec.as_mut()
+        {
+            fate.apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("failing")
+        .await
+        .expect("namespace");
+    let node = cluster.node_names()[0].clone();
+    let backoff_limit = 1;
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        backoff_limit,
+        Some(fate_for("bad", "apply", PodFate::fail().exit_code(1))),
+    );
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("bad".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let job = cluster
+        .wait_for("the failed Job is recorded as timed out", BOUND, || {
+            let jobs_api = jobs_api.clone();
+            async move {
+                let jobs = jobs_api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                Ok(jobs.items.into_iter().find(|j| {
+                    j.annotations()
+                        .get(keys::STATE_RECORDED_ANNOTATION)
+                        .map(String::as_str)
+                        == Some("timed-out")
+                }))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nw = wait_status(cluster, &client, &ns, Status::Erroring).await;
+    assert_eq!(
+        nw.status.as_ref().map(|s| s.complete_nodes.as_str()),
+        Some("0/1")
+    );
+
+    let failed = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Failed"))
+        .expect("Failed condition");
+    assert_eq!(failed.reason.as_deref(), Some("BackoffLimitExceeded"));
+    assert_eq!(
+        job.status.as_ref().and_then(|s| s.failed),
+        Some(backoff_limit + 1)
+    );
+    assert!(
+        job.spec
+            .as_ref()
+            .and_then(|s| s.ttl_seconds_after_finished)
+            .is_some()
+    );
+
+    let state = node_state(&client, &node, &ns).await;
+    let r = state.get("bad", "1.0.0").expect("record");
+    assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::Erroring)));
+    assert_eq!(
+        r.restarts,
+        backoff_limit + 1,
+        "every attempt failed genuinely"
+    );
+
+    // The evidence stays: the Job and its failed pods (first and last attempt), not recreated.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let uid = job.metadata.uid.clone().expect("uid");
+    let attempts = pods
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+        .await
+        .expect("pods")
+        .items;
+    assert_eq!(attempts.len(), 2, "first and last failed attempts are kept");
+    let still = jobs_api
+        .get(&job.name_any())
+        .await
+        .expect("the Job is kept");
+    assert_eq!(still.metadata.uid.as_deref(), Some(uid.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d_attempts_only_rejected_at_admission_run_again() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("rejected")
+        .await
+        .expect("namespace");
+    let node = cluster.node_names()[1].clone();
+    // The first apply Job of `rej` is rejected by the kubelet (OutOfcpu); later ones run.
+    let created: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = created.clone();
+    let first = Arc::new(AtomicUsize::new(0));
+    let hook: JobHook = Arc::new(move |job: &mut Job| {
+        let is_apply = job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply");
+        if job_package(job).as_deref() == Some("rej-1.0.0") && is_apply {
+            log.lock().expect("log").push(job.name_any());
+            if first.fetch_add(1, Ordering::SeqCst) == 0
+                && let Some(spec) = job.spec.as_mut()
+            {
+                PodFate::reject()
+                    .apply(spec.template.metadata.get_or_insert_with(Default::default));
+            }
+        }
+    });
+    let _operator = start_operator(client.clone(), &ns, &ns, 0, Some(hook));
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("rej".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert_eq!(
+        nw.status.as_ref().map(|s| s.complete_nodes.as_str()),
+        Some("1/1")
+    );
+    let creations = created.lock().expect("log").clone();
+    assert_eq!(
+        creations.len(),
+        2,
+        "the rejected apply ran again: {creations:?}"
+    );
+    let state = node_state(&client, &node, &ns).await;
+    let r = state.get("rej", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Config, Some(State::Complete), 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e_a_disrupted_attempt_spends_no_attempt() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("disrupted")
+        .await
+        .expect("namespace");
+    let node = cluster.node_names()[2].clone();
+    // backoffLimit 0: one counted failure would fail the Job.
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        0,
+        Some(fate_for("dis", "apply", PodFate::hang())),
+    );
+    let mut dis = package("1.0.0", &[]);
+    dis.stage_timeout = Some("0".into());
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("dis".to_owned(), dis)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let apply_pods = ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL));
+    let running = |exclude: Option<String>| {
+        let pods = pods.clone();
+        let apply_pods = apply_pods.clone();
+        async move {
+            cluster
+                .wait_for("a running apply attempt", BOUND, || {
+                    let pods = pods.clone();
+                    let apply_pods = apply_pods.clone();
+                    let exclude = exclude.clone();
+                    async move {
+                        let list = pods
+                            .list(&apply_pods)
+                            .await
+                            .map_err(|e| cluster.kube_error("pods".into(), e))?;
+                        Ok(list.items.into_iter().find(|p| {
+                            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                                && Some(p.name_any()) != exclude
+                        }))
+                    }
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    let set_fate = |pod: String, fate: PodFate| {
+        let pods = pods.clone();
+        async move {
+            let patch =
+                json!({"metadata": {"labels": fate.labels(), "annotations": fate.annotations()}});
+            pods.patch(&pod, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .expect("fate patched");
+        }
+    };
+    let first = running(None).await.name_any();
+    set_fate(first.clone(), PodFate::disrupt().delay("1s")).await;
+    let second = running(Some(first.clone())).await.name_any();
+    set_fate(second, PodFate::succeed().delay("1s")).await;
+
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert_eq!(
+        nw.status.as_ref().map(|s| s.complete_nodes.as_str()),
+        Some("1/1")
+    );
+    let disrupted = pods
+        .get(&first)
+        .await
+        .expect("the disrupted attempt is kept by the Job");
+    assert!(nodewright_operator::outcome::is_disrupted(&disrupted));
+    let state = node_state(&client, &node, &ns).await;
+    let r = state.get("dis", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Config, Some(State::Complete), 0)
+    );
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let apply = jobs
+        .list(&apply_pods)
+        .await
+        .expect("jobs")
+        .items
+        .into_iter()
+        .next()
+        .expect("apply Job");
+    assert!(
+        condition_time(&apply, "Complete").is_some(),
+        "the apply Job completed with backoffLimit 0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_interrupts_cordon_drain_and_run_one_merged_interrupt_per_node() {
+    use nodewright_shared::api::{Interrupt, InterruptType};
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("interrupt")
+        .await
+        .expect("namespace");
+    let node = cluster.node_names()[0].clone();
+    // A workload on the node that the drain must evict (a plain pod keeps running on kwok).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let workload: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "workload"},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &workload)
+        .await
+        .expect("workload created");
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
+    let interrupt = |kind, services: &[&str]| {
+        Some(Interrupt {
+            kind,
+            services: services.iter().map(|s| (*s).to_owned()).collect(),
+        })
+    };
+    let mut svc = package("1.0.0", &[]);
+    svc.interrupt = interrupt(InterruptType::Service, &["containerd"]);
+    let mut boot = package("1.0.0", &[]);
+    boot.interrupt = interrupt(InterruptType::Reboot, &[]);
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), boot), ("svc".to_owned(), svc)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+
+    let state = node_state(&client, &node, &ns).await;
+    for name in ["boot", "svc"] {
+        let r = state.get(name, "1.0.0").expect("record");
+        assert_eq!(
+            (r.stage, r.state),
+            (Stage::PostInterrupt, Some(State::Complete)),
+            "{name}"
+        );
+    }
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let interrupts = jobs
+        .list(&ListParams::default().labels(&format!("{}=True", keys::INTERRUPT_LABEL)))
+        .await
+        .expect("jobs")
+        .items;
+    assert_eq!(interrupts.len(), 1, "one merged interrupt for the node");
+    assert_eq!(
+        job_package(&interrupts[0]).as_deref(),
+        Some("boot-1.0.0"),
+        "the reboot owns it"
+    );
+    let spec = interrupts[0].spec.as_ref().expect("spec");
+    assert_eq!(spec.backoff_limit, Some(i32::MAX));
+    assert_eq!(
+        spec.template
+            .spec
+            .as_ref()
+            .and_then(|p| p.restart_policy.as_deref()),
+        Some("OnFailure")
+    );
+    // The workload was evicted before the packages ran; the node is schedulable again at the end.
+    assert!(
+        pods.get_opt("workload").await.expect("get").is_none(),
+        "workload evicted"
+    );
+    let n: Node = Api::<Node>::all(client.clone())
+        .get(&node)
+        .await
+        .expect("node");
+    assert!(!n.annotations().contains_key(&keys::cordon_key(&ns)));
+    assert_ne!(
+        n.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "uncordoned"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_pause_suspends_unfinished_jobs_and_a_package_change_replaces_them() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("pause").await.expect("namespace");
+    let node = cluster.node_names()[1].clone();
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        3,
+        Some(fate_for("slow", "apply", PodFate::hang())),
+    );
+    let mut slow = package("1.0.0", &[]);
+    slow.stage_timeout = Some("0".into());
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("slow".to_owned(), slow)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let nodewrights: Api<NodeWright> = Api::all(client.clone());
+    let apply = ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL));
+    let job_where = |what: &'static str, pred: fn(&Job) -> bool| {
+        let jobs = jobs.clone();
+        let apply = apply.clone();
+        async move {
+            cluster
+                .wait_for(what, BOUND, || {
+                    let jobs = jobs.clone();
+                    let apply = apply.clone();
+                    async move {
+                        let list = jobs
+                            .list(&apply)
+                            .await
+                            .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                        Ok(list
+                            .items
+                            .into_iter()
+                            .find(|j| j.metadata.deletion_timestamp.is_none() && pred(j)))
+                    }
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    let suspended = |j: &Job| j.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+    let first = job_where("the apply Job", |_| true).await;
+
+    let pause = |on: bool| {
+        let nodewrights = nodewrights.clone();
+        let ns = ns.clone();
+        async move {
+            let value = if on {
+                json!("true")
+            } else {
+                serde_json::Value::Null
+            };
+            let patch = json!({"metadata": {"annotations": {keys::PAUSE_ANNOTATION: value}}});
+            nodewrights
+                .patch(&ns, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .expect("pause annotation");
+        }
+    };
+    pause(true).await;
+    job_where("the Job suspended", |j| {
+        j.spec.as_ref().and_then(|s| s.suspend) == Some(true)
+    })
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Paused).await;
+    assert!(
+        nw.status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Ready" && c.status == "False"),
+        "paused is not Ready"
+    );
+    pause(false).await;
+    let resumed = job_where("the Job resumed", |j| {
+        j.spec.as_ref().and_then(|s| s.suspend) != Some(true)
+    })
+    .await;
+    assert_eq!(
+        resumed.metadata.uid, first.metadata.uid,
+        "resuming keeps the Job"
+    );
+    assert!(!suspended(&resumed));
+
+    // A change to the package (its env) makes the unfinished Job stale: it is replaced.
+    let patch =
+        json!({"spec": {"packages": {"slow": {"env": [{"name": "MODE", "value": "fast"}]}}}});
+    nodewrights
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("package changed");
+    let old_uid = first.metadata.uid.clone();
+    let replaced = cluster
+        .wait_for("the drifted Job replaced", BOUND, || {
+            let jobs = jobs.clone();
+            let apply = apply.clone();
+            let old_uid = old_uid.clone();
+            async move {
+                let list = jobs
+                    .list(&apply)
+                    .await
+                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                Ok(list.items.into_iter().find(|j| j.metadata.uid != old_uid))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let env = replaced
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.init_containers.as_ref())
+        .and_then(|c| c.get(1))
+        .and_then(|c| c.env.clone())
+        .unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "MODE" && e.value.as_deref() == Some("fast")),
+        "{env:?}"
+    );
+    assert_eq!(
+        replaced.name_any(),
+        first.name_any(),
+        "same stage, same deterministic name"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
+    use nodewright_shared::api::InterruptionBudget;
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("budget").await.expect("namespace");
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            interruption_budget: Some(InterruptionBudget {
+                percent: None,
+                count: Some(1),
+            }),
+            node_selectors: on_nodes(&fixture_nodes(cluster)),
+            packages: BTreeMap::from([("solo".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    let status = nw.status.expect("status");
+    assert_eq!(status.complete_nodes, "3/3");
+    let default = status
+        .compartment_statuses
+        .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
+        .expect("__default__ compartment");
+    assert_eq!(
+        (default.matched, default.ceiling, default.completed),
+        (3, 1, 3)
+    );
+
+    // Each node's work started only after the previous node's last stage had completed.
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items;
+    let mut spans: Vec<(
+        k8s_openapi::jiff::Timestamp,
+        k8s_openapi::jiff::Timestamp,
+        String,
+    )> = cluster
+        .node_names()
+        .iter()
+        .map(|node| {
+            let on_node: Vec<&Job> = jobs
+                .iter()
+                .filter(|j| j.labels().get(keys::NODE_LABEL) == Some(node))
+                .collect();
+            let first = on_node
+                .iter()
+                .filter_map(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .min()
+                .expect("a Job on every node");
+            let last = on_node
+                .iter()
+                .filter_map(|j| condition_time(j, "Complete"))
+                .max()
+                .expect("completed Jobs");
+            (first, last, node.clone())
+        })
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        let ((_, done, before), (next, _, after)) = (&pair[0], &pair[1]);
+        assert!(
+            next >= done,
+            "{after} started at {next} before {before} finished at {done}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h_the_standby_takes_over_a_rollout_in_flight() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("failover")
+        .await
+        .expect("namespace");
+    let node = cluster.node_names()[2].clone();
+    let hook = fate_for("held", "apply", PodFate::hang());
+    let first = start_replica(
+        client.clone(),
+        &ns,
+        &ns,
+        3,
+        Some(hook.clone()),
+        Some("replica-1"),
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = || {
+        let leases = leases.clone();
+        async move {
+            leases
+                .get_opt("nodewright-operator")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity)
+        }
+    };
+    cluster
+        .wait_for("replica-1 leads", BOUND, || async {
+            Ok(holder().await.filter(|h| h == "replica-1"))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let second = start_replica(client.clone(), &ns, &ns, 3, Some(hook), Some("replica-2"));
+    let mut held = package("1.0.0", &[]);
+    held.stage_timeout = Some("0".into());
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("held".to_owned(), held)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let apply_pods = ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL));
+    let running = cluster
+        .wait_for("the apply attempt runs", BOUND, || {
+            let pods = pods.clone();
+            let apply_pods = apply_pods.clone();
+            async move {
+                let list = pods
+                    .list(&apply_pods)
+                    .await
+                    .map_err(|e| cluster.kube_error("pods".into(), e))?;
+                Ok(list.items.into_iter().find(|p| {
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                }))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // The leader stops; the standby takes the Lease and finishes what the leader started.
+    first.stop().await;
+    cluster
+        .wait_for("replica-2 leads", BOUND, || async {
+            Ok(holder().await.filter(|h| h == "replica-2"))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let fate = PodFate::succeed().delay("1s");
+    let patch = json!({"metadata": {"labels": fate.labels(), "annotations": fate.annotations()}});
+    pods.patch(
+        &running.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .expect("fate patched");
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert_eq!(nw.status.map(|s| s.complete_nodes), Some("1/1".to_owned()));
+    let state = node_state(&client, &node, &ns).await;
+    let r = state.get("held", "1.0.0").expect("record");
+    assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
+    second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i_a_version_bump_upgrades_in_place() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("upgrade")
+        .await
+        .expect("namespace");
+    let node = cluster.node_names()[0].clone();
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let before = wait_status(cluster, &client, &ns, Status::Complete).await;
+    let patch = json!({"spec": {"packages": {"tool": {"version": "1.1.0"}}}});
+    Api::<NodeWright>::all(client.clone())
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("version bumped");
+    let api = Api::<NodeWright>::all(client.clone());
+    let after = cluster
+        .wait_for("the new version complete", BOUND, || {
+            let api = api.clone();
+            let ns = ns.clone();
+            let generation = before.metadata.generation;
+            async move {
+                let nw = api
+                    .get(&ns)
+                    .await
+                    .map_err(|e| cluster.kube_error("get".into(), e))?;
+                let done = nw.status.as_ref().is_some_and(|s| {
+                    s.status == Some(Status::Complete) && s.observed_generation > generation
+                });
+                Ok(done.then_some(nw))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        after.status.map(|s| s.package_list),
+        Some("tool:1.1.0".to_owned())
+    );
+    let state = node_state(&client, &node, &ns).await;
+    assert!(
+        state.get("tool", "1.0.0").is_none(),
+        "old version's record dropped"
+    );
+    let r = state.get("tool", "1.1.0").expect("new record");
+    assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}=tool-1.1.0", keys::PACKAGE_LABEL)))
+        .await
+        .expect("jobs")
+        .items;
+    let stages: std::collections::BTreeSet<String> = jobs
+        .iter()
+        .filter_map(|j| j.labels().get(keys::STAGE_LABEL).cloned())
+        .collect();
+    assert_eq!(
+        stages,
+        ["config", "upgrade"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        "upgrade then config, no fresh apply"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn j_the_runtime_required_taint_is_lifted_when_done() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("runtime")
+        .await
+        .expect("namespace");
+    let nodes: Api<Node> = Api::all(client.clone());
+    // A node of this test's own (kwok manages nodes annotated kwok.x-k8s.io/node=fake).
+    let name = format!("{ns}-node");
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok"}
+        },
+        "spec": {"taints": [
+            {"key": "nodewright.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+        ]}
+    }))
+    .expect("node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node created");
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&name]),
+            runtime_required: true,
+            additional_tolerations: vec![k8s_openapi::api::core::v1::Toleration {
+                key: Some("dedicated".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }],
+            packages: BTreeMap::from([("rt".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let taints = cluster
+        .wait_for("the runtime-required taint lifted", BOUND, || {
+            let nodes = nodes.clone();
+            let name = name.clone();
+            async move {
+                let n = nodes
+                    .get(&name)
+                    .await
+                    .map_err(|e| cluster.kube_error("node".into(), e))?;
+                let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+                Ok((!taints.iter().any(|t| t.key == "nodewright.nvidia.com")).then_some(taints))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        taints.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+        ["dedicated"],
+        "only the runtime-required taint goes"
+    );
+    nodes
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("node deleted");
+}
