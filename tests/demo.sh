@@ -3,9 +3,11 @@
 #   1. builds the control plane (cached) and the NodeWright binaries,
 #   2. starts etcd + kube-apiserver + kube-controller-manager + kwok with 5 fake nodes and the CRDs,
 #   3. starts the admission webhook on 127.0.0.1 with a fresh CA and registers it with the apiserver,
-#   4. applies the example DeploymentPolicy and NodeWright (defaults filled in at admission),
-#   5. shows bad manifests rejected with messages that name the field and the fix,
-#   6. stops everything, also on Ctrl-C or failure.
+#   4. starts the operator (leader election on a Lease, Jobs in namespace nodewright),
+#   5. applies the example DeploymentPolicy and NodeWright (defaults filled in at admission),
+#   6. shows bad manifests rejected with messages that name the field and the fix,
+#   7. watches the rollout reach complete on every node (every stage a Job pinned to its node),
+#   8. stops everything, also on Ctrl-C or failure.
 #
 # Usage: tests/demo.sh [--keep]   (--keep: leave the cluster and webhook running until Enter)
 set -euo pipefail
@@ -20,8 +22,10 @@ run() { printf '$ %s\n' "$*"; "$@"; }
 name="nodewright-demo-$$"
 work="$(mktemp -d)"
 webhook_pid=""
+operator_pid=""
 cleanup() {
   set +e
+  [[ -n "${operator_pid}" ]] && kill "${operator_pid}" 2>/dev/null && wait "${operator_pid}" 2>/dev/null
   [[ -n "${webhook_pid}" ]] && kill "${webhook_pid}" 2>/dev/null && wait "${webhook_pid}" 2>/dev/null
   tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1
   rm -rf "${work}"
@@ -31,7 +35,7 @@ trap cleanup EXIT INT TERM
 say "Building the local control plane (first run: several minutes) and NodeWright"
 bin_dir="$(tests/controlplane/build.sh | tail -n 1)"
 export PATH="${bin_dir}:${PATH}"
-cargo build --quiet --bin nodewright-webhook --bin nodewright-certs
+cargo build --quiet --bin nodewright-webhook --bin nodewright-certs --bin nodewright-operator
 target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug"
 
 say "Starting a local control plane with 5 kwok nodes"
@@ -90,6 +94,21 @@ for _ in $(seq 1 50); do
   sleep 0.2
 done
 
+say "Starting the operator (it elects itself leader on a Lease, then reconciles)"
+run kubectl create namespace nodewright
+op_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+NAMESPACE=nodewright POD_NAME=demo-operator LOG_FORMAT=text LOG_LEVEL=info \
+  METRICS_LISTEN="127.0.0.1:${op_port}" PROBE_LISTEN="127.0.0.1:${op_port}" \
+  "${target}/nodewright-operator" >"${work}/operator.log" 2>&1 &
+operator_pid=$!
+for _ in $(seq 1 150); do
+  curl -fsS "http://127.0.0.1:${op_port}/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS "http://127.0.0.1:${op_port}/readyz" >/dev/null || {
+  cat "${work}/operator.log"; echo "operator did not become ready" >&2; exit 1; }
+echo "operator ready (probes and metrics on http://127.0.0.1:${op_port})"
+
 say "Applying the example DeploymentPolicy and NodeWright"
 run kubectl label nodes --all nodewright.example.com/pool=gpu --overwrite >/dev/null
 run kubectl apply -f examples/deploymentpolicy.yaml
@@ -98,6 +117,26 @@ run kubectl get nwdp,nw
 say "Defaults filled in at admission (package names, stageTimeout, strategy defaults)"
 run kubectl get nw gpu-host-setup -o jsonpath='{range .spec.packages.*}{.name}{"\tstageTimeout="}{.stageTimeout}{"\n"}{end}'
 run kubectl get nwdp gpu-rollout -o jsonpath='{.spec.default.strategy}{"\n"}'
+
+say "The rollout, as kubectl get nw -w shows it (kwok plays every package pod to success)"
+last=""
+deadline=$(( $(date +%s) + 300 ))
+while :; do
+  row="$(kubectl get nw gpu-host-setup --no-headers 2>/dev/null || true)"
+  if [[ "${row}" != "${last}" ]]; then
+    [[ -z "${last}" ]] && kubectl get nw gpu-host-setup 2>/dev/null | head -n 1
+    echo "${row}"
+    last="${row}"
+  fi
+  [[ "$(kubectl get nw gpu-host-setup -o jsonpath='{.status.status}' 2>/dev/null)" == "complete" ]] && break
+  if (( $(date +%s) > deadline )); then
+    tail -n 40 "${work}/operator.log"; echo "the rollout did not complete in 5 minutes" >&2; exit 1
+  fi
+  sleep 1
+done
+run kubectl get jobs -n nodewright -L nodewright.nvidia.com/package,nodewright.nvidia.com/stage,nodewright.nvidia.com/node
+say "Per-node state the operator recorded (node annotation nodewright.nvidia.com/nodeState_gpu-host-setup)"
+run kubectl get node kwok-node-0 -o jsonpath='{.metadata.annotations.nodewright\.nvidia\.com/nodeState_gpu-host-setup}{"\n"}'
 
 say "Bad manifests are rejected at admission, with every problem named"
 for bad in depends-on-cycle stage-timeout-too-large image-with-tag uninstall-apply-without-enabled policy-not-found; do
@@ -109,12 +148,12 @@ done
 printf '$ kubectl delete nwdp gpu-rollout   # still used by gpu-host-setup\n'
 if kubectl delete nwdp gpu-rollout 2>&1; then echo "UNEXPECTED: policy in use was deleted" >&2; exit 1; fi
 
-say "Webhook metrics"
+say "Metrics"
 curl -fsS "http://127.0.0.1:${metrics_port}/metrics" | grep '^nodewright_webhook_requests_total' || true
+curl -fsS "http://127.0.0.1:${op_port}/metrics" | grep '^nodewright_' | head -n 20 || true
 
 if ${keep}; then
   say "Cluster and webhook keep running; KUBECONFIG=${KUBECONFIG}. Press Enter to stop."
   read -r _
 fi
 say "Stopping everything"
-echo "(The operator that rolls packages out is not part of this build yet; see the issues.)"
