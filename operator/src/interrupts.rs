@@ -7,8 +7,8 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
 use kube::api::{Api, EvictParams, ListParams};
+use kube::core::{Selector, SelectorExt};
 use nodewright_shared::keys;
 use tracing::{debug, info};
 
@@ -185,18 +185,30 @@ mod tests {
     #[test]
     fn pods_matching_pod_non_interrupt_labels_hold_the_interrupt() {
         let pods = vec![
-            pod(json!({"metadata": {"name": "train", "namespace": "ml", "labels": {"job": "training"}},
-                "status": {"phase": "Running"}})),
-            pod(json!({"metadata": {"name": "done", "namespace": "ml", "labels": {"job": "training"}},
-                "status": {"phase": "Succeeded"}})),
-            pod(json!({"metadata": {"name": "web", "namespace": "app", "labels": {"job": "web"}},
-                "status": {"phase": "Running"}})),
+            pod(
+                json!({"metadata": {"name": "train", "namespace": "ml", "labels": {"job": "training"}},
+                "status": {"phase": "Running"}}),
+            ),
+            pod(
+                json!({"metadata": {"name": "done", "namespace": "ml", "labels": {"job": "training"}},
+                "status": {"phase": "Succeeded"}}),
+            ),
+            pod(
+                json!({"metadata": {"name": "web", "namespace": "app", "labels": {"job": "web"}},
+                "status": {"phase": "Running"}}),
+            ),
         ];
         let selector: LabelSelector =
             serde_json::from_value(json!({"matchLabels": {"job": "training"}})).expect("selector");
-        assert_eq!(holding_pods(&pods, Some(&selector)), Ok(vec!["ml/train".to_owned()]));
+        assert_eq!(
+            holding_pods(&pods, Some(&selector)),
+            Ok(vec!["ml/train".to_owned()])
+        );
         assert_eq!(holding_pods(&pods, None), Ok(vec![]));
-        assert_eq!(holding_pods(&pods, Some(&LabelSelector::default())), Ok(vec![]));
+        assert_eq!(
+            holding_pods(&pods, Some(&LabelSelector::default())),
+            Ok(vec![])
+        );
         let bad: LabelSelector = serde_json::from_value(
             json!({"matchExpressions": [{"key": "job", "operator": "Bogus"}]}),
         )

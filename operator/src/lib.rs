@@ -11,7 +11,8 @@
 //!
 //! And the running operator:
 //! - [`run::run`]: node cache, leader election and, per leadership term, the reconcilers;
-//! - [`rollout`]: the NodeWright reconciler (selection, budget, stage machine, status, finalizer);
+//! - [`rollout`]: the NodeWright reconciler (selection, budget, stage machine, config updates,
+//!   uninstall, reboots, status, finalizer);
 //! - [`outcomes`]: the Job/Pod reconciler that records outcomes in node state;
 //! - [`node_patch`], [`interrupts`], [`configmaps`], [`nodes`]: its writes and caches;
 //! - [`evidence`]: the `last-logs` annotation of a failed or stuck Job;
@@ -19,6 +20,7 @@
 //! - [`webhook_certs`]: the webhook's CA, serving certificate and caBundle (leader only).
 
 pub mod admin;
+pub mod api_metrics;
 pub mod config;
 pub mod configmaps;
 pub mod context;

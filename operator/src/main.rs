@@ -48,14 +48,19 @@ async fn serve(
     webhook_certs: Option<nodewright_operator::webhook_certs::Settings>,
 ) -> ExitCode {
     info!(version = env!("CARGO_PKG_VERSION"), namespace = %config.namespace, "starting");
-    let client = match kube::Client::try_default().await {
-        Ok(c) => c,
+    let metrics = Metrics::new();
+    // Every request of the operator's client is counted (nodewright_operator_api_requests_total).
+    let client = match kube::Config::infer()
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|config| kube::client::ClientBuilder::try_from(config).map_err(|e| e.to_string()))
+    {
+        Ok(builder) => builder.with_layer(&metrics.api().layer()).build(),
         Err(e) => {
             error!(error = %e, "cannot build a Kubernetes client (in-cluster or KUBECONFIG)");
             return ExitCode::from(1);
         }
     };
-    let metrics = Metrics::new();
     let leader_metrics = metrics.leader();
     let state_metrics = metrics.state();
     let readiness = Readiness::waiting_for(["nodes"]);

@@ -7,6 +7,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::api_metrics::ApiMetrics;
 use crate::state_metrics::StateMetrics;
 
 /// The metrics of the leader election, updated by [`crate::leader::Elector::with_metrics`].
@@ -26,6 +27,7 @@ pub struct Metrics {
     registry: Registry,
     leader: LeaderMetrics,
     state: StateMetrics,
+    api: ApiMetrics,
 }
 
 impl Default for Metrics {
@@ -50,16 +52,23 @@ impl Metrics {
             leader.transitions.clone(),
         );
         let state = StateMetrics::registered(&mut registry);
+        let api = ApiMetrics::registered(&mut registry);
         Metrics {
             registry,
             leader,
             state,
+            api,
         }
     }
 
     /// Handles on the NodeWright gauges and reconcile counters ([`crate::state_metrics`]).
     pub fn state(&self) -> StateMetrics {
         self.state.clone()
+    }
+
+    /// The client's request counter ([`crate::api_metrics`]).
+    pub fn api(&self) -> ApiMetrics {
+        self.api.clone()
     }
 
     /// Handles on the leader-election metrics (they share state with the registered ones).

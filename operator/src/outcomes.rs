@@ -7,6 +7,7 @@
 //!   attempt kept); only admission rejections ⇒ processed, the Job is deleted and the stage reruns.
 //!   Then `nodewright.nvidia.com/state-recorded` and the TTL go on the Job, and only from then on may
 //!   anything delete it.
+//! - Evidence: a timed-out or stuck Job gets the `last-logs` annotation ([`crate::evidence`]).
 //! - Disrupted pods are ignored everywhere (the one predicate of [`crate::outcome`]).
 //!
 //! Every node write re-reads the node and carries the resourceVersion precondition; a record is only
@@ -207,6 +208,8 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
                     }
                 }
             }
+            // Before the mark: once recorded, the Job is not reconciled again.
+            crate::evidence::write_last_logs(ctx, job, &pods, false).await?;
             mark(
                 ctx,
                 &name,
@@ -230,6 +233,7 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
             Ok(Action::await_change())
         }
         JobOutcome::Stuck => {
+            crate::evidence::write_last_logs(ctx, job, &pods, true).await?;
             if stuck_for(job).is_some_and(|d| d > STUCK_BOUND) {
                 let failed = attempts(&pods).max(1);
                 record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use nodewright_shared::api::Package;
 use nodewright_shared::node_state::NodeState;
 
-use super::stages::is_done;
+use super::stages::{is_done, uninstall_requested};
 
 /// Packages of `packages` whose dependencies are all finished on the node, and which are not finished
 /// themselves, in name order.
@@ -19,13 +19,15 @@ pub fn runnable<'a>(packages: &'a BTreeMap<String, Package>, state: &NodeState) 
         .filter(|(name, package)| !is_done(package, state.get(name, &package.version)))
         .filter(|(_, package)| {
             // Uninstalling waits for nothing (upstream does not cascade either way).
-            super::stages::uninstall_requested(package)
+            // A dependency being (or already) uninstalled satisfies nothing: its dependents wait
+            // (upstream's DependencyUninstalled block; uninstall does not cascade).
+            uninstall_requested(package)
                 || package.depends_on.iter().all(|(dep, version)| {
-                packages
-                    .get(dep)
-                    .filter(|d| &d.version == version)
-                    .is_some_and(|d| is_done(d, state.get(dep, version)))
-            })
+                    packages
+                        .get(dep)
+                        .filter(|d| &d.version == version && !uninstall_requested(d))
+                        .is_some_and(|d| is_done(d, state.get(dep, version)))
+                })
         })
         .map(|(name, _)| name.as_str())
         .collect()
@@ -107,6 +109,24 @@ mod tests {
         state.upsert(done("a"));
         assert!(runnable(&packages, &state).is_empty());
         assert!(!all_done(&packages, &state));
+    }
+
+    #[test]
+    fn dependents_of_an_uninstalled_package_wait_and_the_uninstall_waits_for_nothing() {
+        let mut packages = packages();
+        if let Some(a) = packages.get_mut("a") {
+            a.uninstall = Some(nodewright_shared::api::Uninstall {
+                enabled: true,
+                apply: true,
+            });
+        }
+        // a is absent (uninstalled): c and d, which need it, never become runnable.
+        assert_eq!(runnable(&packages, &NodeState::default()), vec!["b"]);
+        let mut state = NodeState::default();
+        state.upsert(done("a"));
+        state.upsert(done("b"));
+        // a installed and to be uninstalled: it runs (its uninstall), dependents still wait.
+        assert_eq!(runnable(&packages, &state), vec!["a"]);
     }
 
     #[test]

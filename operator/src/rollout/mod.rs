@@ -47,8 +47,8 @@ use crate::error::ReconcileError;
 use crate::interrupts;
 use crate::job_state::JobIndex;
 use crate::naming;
-use crate::state_metrics::{self, Outcome};
 use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::state_metrics::{self, Outcome};
 
 use self::budget::{Slot, admit};
 use self::node_work::{parse_state, reread, status_edit};
@@ -186,7 +186,10 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         // The deletions are events; plan again on the Jobs that remain.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    config_updates::sync(ctx, &mut nw, &nodes).await?;
+    if config_updates::sync(ctx, &mut nw, &nodes).await? {
+        // The status write is an event: plan again on the updated object.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     // From here on, packages with config updates carry the interrupt those call for.
     let mut nw = config_updates::effective(&nw);
 
@@ -256,6 +259,43 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     // Boot IDs are recorded every pass (a reboot to reapply on was handled above).
     nw.status.get_or_insert_with(Default::default).node_boot_ids =
         reboots::current_ids(&old_status.node_boot_ids, &nodes);
+    // Uninstall conditions, and a deletion waiting for uninstalls that will never run as things are.
+    let generation = nw.metadata.generation;
+    let uninstall_conditions =
+        uninstall::uninstall_conditions(&nw, rows.values().filter_map(|r| r.state.as_ref()));
+    let blocked = if deleting {
+        let malformed = rows.values().any(|r| r.state.is_none());
+        uninstall::deletion_blocked(paused, disabled, malformed)
+    } else {
+        None
+    };
+    let dependency_block =
+        uninstall::dependency_block(&nw, rows.values().filter_map(|r| r.state.as_ref()));
+    let conditions = &mut nw.status.get_or_insert_with(Default::default).conditions;
+    for (type_, value) in uninstall_conditions {
+        uninstall::set_condition(conditions, type_, value, generation, Timestamp::now());
+    }
+    uninstall::set_condition(
+        conditions,
+        uninstall::BLOCKED,
+        dependency_block
+            .as_deref()
+            .map(|m| (uninstall::DEPENDENCY_UNINSTALLED, m)),
+        generation,
+        Timestamp::now(),
+    );
+    let newly_blocked = uninstall::set_condition(
+        conditions,
+        uninstall::DELETION_BLOCKED,
+        blocked,
+        generation,
+        Timestamp::now(),
+    );
+    if let Some((reason, message)) = blocked.filter(|_| newly_blocked) {
+        ctx.events
+            .warn_on_nodewright(nodewright, reason, message.to_owned())
+            .await;
+    }
     let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
     let compartments = compartments::compartments(&nw, policy.as_ref(), &node_refs);
     let reset_batches = batches::reset_enabled(
@@ -265,8 +305,7 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             .and_then(|p| p.spec.reset_batch_state_on_completion),
     );
     // A version change starts a new rollout: its batches begin afresh (when reset is enabled).
-    let fresh_batches =
-        reset_batches && batches::versions_changed(&old_status.package_list, &nw);
+    let fresh_batches = reset_batches && batches::versions_changed(&old_status.package_list, &nw);
     let may_start = !paused && !disabled && missing_policy.is_none();
     let mut active: BTreeSet<String> = BTreeSet::new();
     let mut compartment_statuses = BTreeMap::new();
@@ -489,13 +528,21 @@ async fn write_status(
         what: format!("status of NodeWright {name}"),
         source,
     })?;
-    let patch: json_patch::Patch = serde_json::from_value(
-        json!([{"op": "add", "path": "/status", "value": value}]),
-    )
-    .map_err(|source| ReconcileError::Json {
-        what: format!("status patch of NodeWright {name}"),
-        source,
-    })?;
+    // The status is computed from the cached object: the `test` op makes the write apply only to the
+    // version it was computed from (a 422 otherwise, retried at once on a fresh read), so a pass on a
+    // stale cache can never overwrite a newer status (e.g. roll a batch state back).
+    let mut ops = Vec::new();
+    if let Some(rv) = &nodewright.metadata.resource_version {
+        ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+    }
+    ops.push(json!({"op": "add", "path": "/status", "value": value}));
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::Value::Array(ops)).map_err(|source| {
+            ReconcileError::Json {
+                what: format!("status patch of NodeWright {name}"),
+                source,
+            }
+        })?;
     if !ctx.leading() {
         return Err(ReconcileError::TermEnded);
     }

@@ -90,6 +90,10 @@ pub fn plan(
     let mut in_interrupt: Vec<&str> = Vec::new();
     let mut wants_uninstall_interrupt: Vec<&str> = Vec::new();
     let mut in_uninstall_interrupt: Vec<&str> = Vec::new();
+    // A finished package Job whose outcome is not recorded yet, or whose stage runs again: the
+    // package is not ready for the interrupt either, so the interrupt waits for it (it would
+    // otherwise run without that package and a second interrupt would follow).
+    let mut package_pending = false;
 
     for name in graph::runnable(packages, state) {
         let Some(package) = packages.get(name) else {
@@ -109,6 +113,20 @@ pub fn plan(
                 let disruptive = package.interrupt.is_some()
                     && matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Uninstall);
                 out.cordon |= disruptive;
+                if stage == Stage::Apply && current.is_some_and(|r| r.stage == Stage::Uninstall) {
+                    // A cancelled uninstall: its Job, if still running, is stopped (upstream
+                    // invalidates its pod); its outcome would no longer be recorded anyway.
+                    let uninstall = naming::package_job_name(
+                        nw,
+                        name,
+                        &package.version,
+                        Stage::Uninstall,
+                        node,
+                    );
+                    if jobs.get(&uninstall).is_some_and(|j| !is_finished(j)) {
+                        out.delete.push(uninstall);
+                    }
+                }
                 let job_name = naming::package_job_name(nw, name, &package.version, stage, node);
                 let at_stage = current.filter(|r| r.stage == stage);
                 match jobs.get(&job_name) {
@@ -127,7 +145,7 @@ pub fn plan(
                     Some(job) if !is_finished(job) => {}
                     Some(job) => match recorded(job) {
                         // The outcome path records it first.
-                        None | Some(Recorded::Rejected) => {}
+                        None | Some(Recorded::Rejected) => package_pending = true,
                         Some(Recorded::TimedOut)
                             if at_stage.and_then(|r| r.state) == Some(State::Erroring) =>
                         {
@@ -135,8 +153,14 @@ pub fn plan(
                         }
                         // Recorded, yet the record says the stage still has to run: a rerun (state
                         // reset, config change), or a stale cache.
-                        Some(_) if fresh => out.delete.push(job_name),
-                        Some(_) => out.stale = true,
+                        Some(_) if fresh => {
+                            package_pending = true;
+                            out.delete.push(job_name);
+                        }
+                        Some(_) => {
+                            package_pending = true;
+                            out.stale = true;
+                        }
                     },
                 }
             }
@@ -156,27 +180,49 @@ pub fn plan(
     for (stage, [wants, inside]) in phases {
         if !wants.is_empty() || !inside.is_empty() {
             out.cordon = true;
-            interrupt_phase(&mut out, nodewright, node, state, jobs, fresh, stage, wants, inside);
+            let input = PhaseInput {
+                nodewright,
+                node,
+                state,
+                jobs,
+                fresh,
+                package_pending,
+            };
+            interrupt_phase(&mut out, &input, stage, wants, inside);
             break;
         }
     }
     out
 }
 
+/// What an interrupt phase decides from.
+struct PhaseInput<'a> {
+    nodewright: &'a NodeWright,
+    node: &'a str,
+    state: &'a NodeState,
+    jobs: &'a JobIndex,
+    fresh: bool,
+    /// Some package's stage is not settled yet (see `package_pending` in [`plan`]).
+    package_pending: bool,
+}
+
 /// Drives the node's merged interrupt of `stage` (`interrupt` or `uninstall-interrupt`): `wants` are
 /// the packages ready for it, `inside` those already in it (owner or skipped).
-#[allow(clippy::too_many_arguments)]
 fn interrupt_phase(
     out: &mut Plan,
-    nodewright: &NodeWright,
-    node: &str,
-    state: &NodeState,
-    jobs: &JobIndex,
-    fresh: bool,
+    input: &PhaseInput<'_>,
     stage: Stage,
     wants: &[&str],
     inside: &[&str],
 ) {
+    let PhaseInput {
+        nodewright,
+        node,
+        state,
+        jobs,
+        fresh,
+        package_pending,
+    } = *input;
     let nw = nodewright.metadata.name.as_deref().unwrap_or_default();
     let packages = &nodewright.spec.packages;
     let interrupt_job = naming::interrupt_job_name(nw, node);
@@ -218,7 +264,8 @@ fn interrupt_phase(
     // Skipped packages whose owner is gone (e.g. its record was reset): take part again.
     let mut wants: Vec<&str> = wants.iter().chain(inside).copied().collect();
     wants.sort_unstable();
-    let package_work = jobs.unfinished_package_job_on(node)
+    let package_work = package_pending
+        || jobs.unfinished_package_job_on(node)
         || out
             .create
             .iter()
@@ -459,6 +506,124 @@ mod tests {
         assert!(cached.stale && cached.delete.is_empty());
         let fresh = plan(&nw, "n1", &NodeState::default(), &jobs, true);
         assert_eq!(fresh.delete.len(), 1);
+    }
+
+    fn uninstalling(mut p: Package) -> Package {
+        p.uninstall = Some(nodewright_shared::api::Uninstall {
+            enabled: true,
+            apply: true,
+        });
+        p
+    }
+
+    #[test]
+    fn uninstall_runs_on_a_drained_node_then_its_interrupt_then_the_record_goes() {
+        let nw = nodewright(&[
+            ("a", uninstalling(package(&[], Some(InterruptType::Reboot)))),
+            ("b", package(&[], None)),
+        ]);
+        let s = state(&[
+            entry("a", Stage::PostInterrupt, State::Complete),
+            entry("b", Stage::Config, State::Complete),
+        ]);
+        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(creates(&p), vec![("a".into(), Stage::Uninstall)]);
+        assert!(p.cordon);
+        assert!(matches!(
+            p.create[0],
+            Creation::Package {
+                drain_first: true,
+                ..
+            }
+        ));
+        assert_eq!(
+            p.state.get("a", "1.0.0").map(|r| (r.stage, r.state)),
+            Some((Stage::Uninstall, Some(State::InProgress)))
+        );
+
+        let s = state(&[
+            entry("a", Stage::Uninstall, State::Complete),
+            entry("b", Stage::Config, State::Complete),
+        ]);
+        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(
+            creates(&p),
+            vec![("interrupt:a".into(), Stage::UninstallInterrupt)]
+        );
+        assert_eq!(
+            p.state.get("a", "1.0.0").map(|r| (r.stage, r.state)),
+            Some((Stage::UninstallInterrupt, Some(State::InProgress)))
+        );
+
+        let s = state(&[
+            entry("a", Stage::UninstallInterrupt, State::Complete),
+            entry("b", Stage::Config, State::Complete),
+        ]);
+        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        assert!(p.create.is_empty());
+        assert!(p.state.get("a", "1.0.0").is_none());
+        assert!(graph::all_done(&nw.spec.packages, &p.state));
+    }
+
+    #[test]
+    fn cancelling_an_uninstall_stops_its_job_and_installs_again() {
+        let nw = nodewright(&[("a", package(&[], None))]);
+        let s = state(&[entry("a", Stage::Uninstall, State::InProgress)]);
+        let jobs = JobIndex::new([package_job("a", Stage::Uninstall, None, None)]);
+        let p = plan(&nw, "n1", &s, &jobs, false);
+        assert_eq!(creates(&p), vec![("a".into(), Stage::Apply)]);
+        assert_eq!(
+            p.delete,
+            vec![naming::package_job_name(
+                "nw",
+                "a",
+                "1.0.0",
+                Stage::Uninstall,
+                "n1"
+            )]
+        );
+        assert_eq!(
+            p.state.get("a", "1.0.0").map(|r| (r.stage, r.state)),
+            Some((Stage::Apply, Some(State::InProgress)))
+        );
+    }
+
+    #[test]
+    fn the_interrupt_waits_for_a_finished_job_whose_outcome_is_not_recorded_yet() {
+        let nw = nodewright(&[
+            ("a", package(&[], Some(InterruptType::Service))),
+            ("b", package(&[], Some(InterruptType::Service))),
+        ]);
+        let s = state(&[
+            entry("a", Stage::Config, State::Complete),
+            entry("b", Stage::Config, State::InProgress),
+        ]);
+        let jobs = JobIndex::new([package_job("b", Stage::Config, Some("Complete"), None)]);
+        let p = plan(&nw, "n1", &s, &jobs, false);
+        assert!(p.create.is_empty(), "{:?}", p.create);
+        assert!(p.cordon);
+    }
+
+    #[test]
+    fn a_queued_config_rerun_runs_config_again_over_the_recorded_job() {
+        let nw = nodewright(&[("a", package(&[], None))]);
+        let s = state(&[entry("a", Stage::Config, State::Unknown)]);
+        assert!(!graph::all_done(&nw.spec.packages, &s));
+        let jobs = JobIndex::new([package_job(
+            "a",
+            Stage::Config,
+            Some("Complete"),
+            Some(Recorded::Complete),
+        )]);
+        // The earlier config Job is removed (on a fresh read), then the stage runs again.
+        let p = plan(&nw, "n1", &s, &jobs, true);
+        assert_eq!(p.delete.len(), 1);
+        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(creates(&p), vec![("a".into(), Stage::Config)]);
+        assert_eq!(
+            p.state.get("a", "1.0.0").and_then(|r| r.state),
+            Some(State::InProgress)
+        );
     }
 
     #[test]

@@ -31,7 +31,10 @@ pub enum Step {
 /// Whether the package is to be uninstalled (`uninstall.enabled` and `uninstall.apply`; on deletion
 /// the rollout sets `apply` on every enabled package, see [`super::uninstall`]).
 pub fn uninstall_requested(package: &Package) -> bool {
-    package.uninstall.as_ref().is_some_and(|u| u.enabled && u.apply)
+    package
+        .uninstall
+        .as_ref()
+        .is_some_and(|u| u.enabled && u.apply)
 }
 
 /// The stage at which the package is finished: `post-interrupt` with an interrupt, else `config`.
@@ -79,7 +82,10 @@ fn parse_version(v: &str) -> Result<semver::Version, semver::Error> {
 /// install in flight finishes first); cancelling (`apply` back to false) during `uninstall` installs
 /// again from `apply`; an uninstall-interrupt, once started, runs to its end.
 fn uninstall_step(package: &Package, record: Option<&PackageStatus>) -> Option<Step> {
-    let record = record?;
+    let Some(record) = record else {
+        // Absent is uninstalled.
+        return uninstall_requested(package).then_some(Step::Done);
+    };
     let complete = record.state == Some(State::Complete);
     if uninstall_requested(package) {
         return match record.stage {
@@ -237,7 +243,11 @@ mod tests {
         assert_eq!(next_step("p", &p, &s), Step::Run(Stage::Uninstall));
         let s = with(&[record("1.0.0", Stage::Uninstall, State::Complete)]);
         assert_eq!(next_step("p", &p, &s), Step::WantsUninstallInterrupt);
-        let s = with(&[record("1.0.0", Stage::UninstallInterrupt, State::InProgress)]);
+        let s = with(&[record(
+            "1.0.0",
+            Stage::UninstallInterrupt,
+            State::InProgress,
+        )]);
         assert_eq!(next_step("p", &p, &s), Step::InUninstallInterrupt);
         let s = with(&[record("1.0.0", Stage::UninstallInterrupt, State::Complete)]);
         assert_eq!(next_step("p", &p, &s), Step::Remove);
@@ -248,7 +258,11 @@ mod tests {
         let p = uninstalling(package("1.0.0", true), false);
         let s = with(&[record("1.0.0", Stage::Uninstall, State::InProgress)]);
         assert_eq!(next_step("p", &p, &s), Step::Run(Stage::Apply));
-        let s = with(&[record("1.0.0", Stage::UninstallInterrupt, State::InProgress)]);
+        let s = with(&[record(
+            "1.0.0",
+            Stage::UninstallInterrupt,
+            State::InProgress,
+        )]);
         assert_eq!(next_step("p", &p, &s), Step::InUninstallInterrupt);
         // Enabled but not applied: an ordinary installed package.
         let s = with(&[record("1.0.0", Stage::PostInterrupt, State::Complete)]);

@@ -1,0 +1,357 @@
+//! The `nodewright.nvidia.com/last-logs` annotation on a Job (DESIGN §4.4, Evidence): what an
+//! administrator reads first when a stage failed or is stuck.
+//!
+//! The retained failed pods keep their own logs (the kubelet archives a terminated container's log),
+//! but two cases leave nothing to read: a Job stuck at `FailureTarget` whose pod cannot finish (its
+//! node is unreachable), and attempts whose container never started (an image that cannot be pulled:
+//! there is no log at all, only a waiting reason). For those the annotation holds the waiting reason
+//! of the container that never started, or the tail of the stuck container's log when the log call
+//! succeeds. A log call that fails (the node is gone, or a simulated node that has no logs) writes
+//! nothing rather than a guess. The annotation is written once; a later pass never overwrites it.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, LogParams, Patch, PatchParams};
+use nodewright_shared::keys;
+use serde_json::json;
+use tracing::{debug, info};
+
+use crate::context::Context;
+use crate::error::ReconcileError;
+use crate::outcome::{is_disrupted, is_genuine_failure};
+
+/// Most bytes of the annotation (annotations share a 256 KiB budget per object).
+pub const MAX_BYTES: usize = 4096;
+/// Lines of log asked for.
+const TAIL_LINES: i64 = 50;
+
+/// The container an administrator should look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stuck {
+    /// It never ran: no log exists, its waiting reason explains why.
+    NeverStarted {
+        /// Pod name.
+        pod: String,
+        /// Container name (`None` when the pod has no container status at all).
+        container: Option<String>,
+        /// Waiting reason (`ImagePullBackOff`, ...), or the pod's phase/reason without statuses.
+        reason: String,
+        /// Waiting message, if any.
+        message: Option<String>,
+    },
+    /// It ran (or runs): its log tail is the evidence.
+    Ran {
+        /// Pod name.
+        pod: String,
+        /// Container name.
+        container: String,
+    },
+}
+
+fn succeeded(status: &ContainerStatus) -> bool {
+    status
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .is_some_and(|t| t.exit_code == 0)
+}
+
+/// The stuck (or last failing) container of the latest attempt that the cluster did not disrupt:
+/// the first init container, then regular container, that did not succeed.
+pub fn stuck_container(pods: &[Pod]) -> Option<Stuck> {
+    let pod = pods.iter().filter(|p| !is_disrupted(p)).max_by(|a, b| {
+        (&a.metadata.creation_timestamp, &a.metadata.name)
+            .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+    })?;
+    let name = pod.metadata.name.clone()?;
+    let status = pod.status.as_ref()?;
+    let containers: Vec<&ContainerStatus> = status
+        .init_container_statuses
+        .iter()
+        .chain(status.container_statuses.iter())
+        .flatten()
+        .collect();
+    if containers.is_empty() {
+        return Some(Stuck::NeverStarted {
+            pod: name,
+            container: None,
+            reason: status
+                .reason
+                .clone()
+                .or_else(|| status.phase.clone())
+                .unwrap_or_else(|| "Pending".to_owned()),
+            message: status.message.clone(),
+        });
+    }
+    let c = containers.into_iter().find(|c| !succeeded(c))?;
+    let state = c.state.as_ref();
+    let ran_before = c
+        .last_state
+        .as_ref()
+        .is_some_and(|s| s.terminated.is_some());
+    match state.and_then(|s| s.waiting.as_ref()) {
+        Some(waiting) if !ran_before => Some(Stuck::NeverStarted {
+            pod: name,
+            container: Some(c.name.clone()),
+            reason: waiting
+                .reason
+                .clone()
+                .unwrap_or_else(|| "Waiting".to_owned()),
+            message: waiting.message.clone(),
+        }),
+        _ => Some(Stuck::Ran {
+            pod: name,
+            container: c.name.clone(),
+        }),
+    }
+}
+
+/// Whether a retained attempt ran and failed, so its own (archived) log already holds the evidence.
+pub fn has_archived_logs(pods: &[Pod]) -> bool {
+    pods.iter().filter(|p| is_genuine_failure(p)).any(|p| {
+        p.status
+            .as_ref()
+            .map(|s| {
+                s.init_container_statuses
+                    .iter()
+                    .chain(s.container_statuses.iter())
+                    .flatten()
+                    .any(|c| {
+                        c.state
+                            .as_ref()
+                            .and_then(|s| s.terminated.as_ref())
+                            .is_some_and(|t| t.exit_code != 0)
+                    })
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// The annotation text for a container that never started.
+pub fn never_started_text(
+    pod: &str,
+    container: Option<&str>,
+    reason: &str,
+    message: Option<&str>,
+) -> String {
+    let what = container.map_or_else(
+        || format!("pod {pod} never started"),
+        |c| format!("pod {pod}: container {c} never started"),
+    );
+    let text = match message.filter(|m| !m.is_empty()) {
+        Some(m) => format!("{what}: {reason}: {m}"),
+        None => format!("{what}: {reason}"),
+    };
+    tail(&text, MAX_BYTES)
+}
+
+/// The annotation text for a log tail.
+pub fn log_text(pod: &str, container: &str, log: &str) -> String {
+    let header = format!("pod {pod}: container {container}, last log lines:\n");
+    let room = MAX_BYTES.saturating_sub(header.len());
+    format!("{header}{}", tail(log, room))
+}
+
+/// The last `max` bytes of `text`, cut on a character boundary (the end of a log is what matters).
+pub fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text.get(start..).unwrap_or_default().to_owned()
+}
+
+/// Writes the annotation on `job` from its `pods`, unless it is already there. `only_without_archive`:
+/// skip when a retained failed attempt has its own log (the `FailureTarget` rule).
+pub async fn write_last_logs(
+    ctx: &Context,
+    job: &Job,
+    pods: &[Pod],
+    only_without_archive: bool,
+) -> Result<(), ReconcileError> {
+    if job.annotations().contains_key(keys::LAST_LOGS_ANNOTATION)
+        || (only_without_archive && has_archived_logs(pods))
+    {
+        return Ok(());
+    }
+    let job_name = job.name_any();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let text = match stuck_container(pods) {
+        None => return Ok(()),
+        Some(Stuck::NeverStarted {
+            pod,
+            container,
+            reason,
+            message,
+        }) => never_started_text(&pod, container.as_deref(), &reason, message.as_deref()),
+        Some(Stuck::Ran { pod, container }) => {
+            let params = LogParams {
+                container: Some(container.clone()),
+                tail_lines: Some(TAIL_LINES),
+                limit_bytes: Some(i64::try_from(MAX_BYTES).unwrap_or(i64::MAX)),
+                ..LogParams::default()
+            };
+            match pods_api.logs(&pod, &params).await {
+                Ok(log) => log_text(&pod, &container, &log),
+                Err(error) => {
+                    debug!(job = %job_name, %pod, %container, %error, "no log to keep as evidence");
+                    return Ok(());
+                }
+            }
+        }
+    };
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    Api::<Job>::namespaced(ctx.client.clone(), &ctx.config.namespace)
+        .patch(
+            &job_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {keys::LAST_LOGS_ANNOTATION: text}}})),
+        )
+        .await
+        .map_err(ReconcileError::api(format!(
+            "writing the last logs of Job {job_name}"
+        )))?;
+    info!(job = %job_name, "kept the last logs as evidence");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn pod(value: Value) -> Pod {
+        serde_json::from_value(value).expect("valid pod JSON")
+    }
+
+    fn status(name: &str, state: Value) -> Value {
+        json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": state})
+    }
+
+    fn never_pulled(name: &str, created: &str) -> Pod {
+        pod(json!({
+            "metadata": {"name": name, "creationTimestamp": created},
+            "status": {"phase": "Failed", "reason": "DeadlineExceeded", "initContainerStatuses": [
+                status("dax-init", json!({"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}})),
+                status("dax-apply", json!({"waiting": {"reason": "PodInitializing"}})),
+            ]}
+        }))
+    }
+
+    #[test]
+    fn a_container_that_never_started_gives_its_waiting_reason() {
+        let pods = vec![
+            never_pulled("old", "2025-01-01T00:00:00Z"),
+            never_pulled("new", "2025-01-01T00:01:00Z"),
+        ];
+        assert_eq!(
+            stuck_container(&pods),
+            Some(Stuck::NeverStarted {
+                pod: "new".into(),
+                container: Some("dax-init".into()),
+                reason: "ImagePullBackOff".into(),
+                message: Some("Back-off pulling image".into()),
+            })
+        );
+        assert!(!has_archived_logs(&pods), "nothing ever ran");
+        assert_eq!(
+            never_started_text(
+                "new",
+                Some("dax-init"),
+                "ImagePullBackOff",
+                Some("Back-off pulling image")
+            ),
+            "pod new: container dax-init never started: ImagePullBackOff: Back-off pulling image"
+        );
+        assert_eq!(
+            never_started_text("p", None, "Pending", None),
+            "pod p never started: Pending"
+        );
+    }
+
+    #[test]
+    fn a_running_or_failed_container_is_read_from_its_log() {
+        let running = pod(json!({
+            "metadata": {"name": "p"},
+            "status": {"phase": "Running", "initContainerStatuses": [
+                status("dax-init", json!({"terminated": {"exitCode": 0}})),
+                status("dax-apply", json!({"running": {}})),
+            ]}
+        }));
+        assert_eq!(
+            stuck_container(std::slice::from_ref(&running)),
+            Some(Stuck::Ran {
+                pod: "p".into(),
+                container: "dax-apply".into()
+            })
+        );
+        assert!(!has_archived_logs(&[running]));
+        let failed = pod(json!({
+            "metadata": {"name": "f"},
+            "status": {"phase": "Failed", "initContainerStatuses": [
+                status("dax-init", json!({"terminated": {"exitCode": 0}})),
+                status("dax-apply", json!({"terminated": {"exitCode": 2, "reason": "Error"}})),
+            ]}
+        }));
+        assert!(matches!(
+            stuck_container(std::slice::from_ref(&failed)),
+            Some(Stuck::Ran { ref container, .. }) if container == "dax-apply"
+        ));
+        assert!(has_archived_logs(&[failed]));
+        // Restarted after a crash: waiting now, but it ran, so its log is the evidence.
+        let restarted = pod(json!({
+            "metadata": {"name": "r"},
+            "status": {"phase": "Running", "initContainerStatuses": [{
+                "name": "interrupt", "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": {"exitCode": 1}}}]}
+        }));
+        assert!(matches!(
+            stuck_container(&[restarted]),
+            Some(Stuck::Ran { .. })
+        ));
+    }
+
+    #[test]
+    fn disrupted_attempts_and_empty_lists_are_skipped() {
+        let disrupted = pod(json!({
+            "metadata": {"name": "d", "creationTimestamp": "2025-01-01T00:05:00Z"},
+            "status": {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True"}],
+                "initContainerStatuses": [status("dax-init", json!({"running": {}}))]}
+        }));
+        let pods = vec![never_pulled("a", "2025-01-01T00:00:00Z"), disrupted];
+        assert!(matches!(
+            stuck_container(&pods),
+            Some(Stuck::NeverStarted { ref pod, .. }) if pod == "a"
+        ));
+        assert_eq!(stuck_container(&[]), None);
+        let unscheduled = pod(json!({"metadata": {"name": "u"}, "status": {"phase": "Pending"}}));
+        assert_eq!(
+            stuck_container(&[unscheduled]),
+            Some(Stuck::NeverStarted {
+                pod: "u".into(),
+                container: None,
+                reason: "Pending".into(),
+                message: None
+            })
+        );
+    }
+
+    #[test]
+    fn the_tail_keeps_the_end_on_a_character_boundary() {
+        assert_eq!(tail("abcdef", 3), "def");
+        assert_eq!(tail("abc", 10), "abc");
+        // "é" is two bytes: a cut in its middle moves forward.
+        assert_eq!(tail("aébc", 3), "bc");
+        let long = "x".repeat(MAX_BYTES * 2);
+        let text = log_text("p", "c", &long);
+        assert!(text.len() <= MAX_BYTES, "{}", text.len());
+        assert!(text.starts_with("pod p: container c, last log lines:\n"));
+    }
+}

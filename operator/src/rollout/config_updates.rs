@@ -1,0 +1,550 @@
+//! Config updates (upstream-operator.md §2.10): when a package's `configMap` changes after it was
+//! installed, its `config` stage runs again on every node that has it, and the interrupt that follows
+//! is chosen by the package's `configInterrupts` whose key globs match a changed key (merged as
+//! interrupts are), not by `interrupt`. The changed keys are kept in `status.configUpdates[<p>]`:
+//! they decide that interrupt until the next change, a version change or the package's removal.
+//!
+//! Unlike upstream, the rerun goes through the rollout budget (DESIGN §5): a node is only *queued*
+//! (its record becomes `(config, unknown)`), which makes it incomplete without admitting it; the
+//! budget admits queued nodes like any other incomplete node.
+//!
+//! A change waits (its ConfigMap is not written) until the package has settled on every node, as
+//! upstream: a stage in flight finishes first.
+//!
+//! Order of writes, so that a crash never loses a change: `status.configUpdates`, then the queued
+//! node records, then the ConfigMap itself (the ConfigMap still differing from the spec is what makes
+//! the next pass redo the first two, which are idempotent).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use nodewright_shared::api::{Interrupt, NodeWright, Package};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{NodeState, Stage, State};
+use serde_json::{Map, Value, json};
+use tracing::info;
+
+use super::node_work::{parse_state, reread};
+use crate::configmaps;
+use crate::context::Context;
+use crate::error::ReconcileError;
+use crate::jobs::merge_interrupts;
+use crate::node_patch::{self, NodeEdit, NodeWriteError};
+
+/// Shell-glob match of a configInterrupts key against a ConfigMap key (Go's `filepath.Match`
+/// without the path separator, which ConfigMap keys cannot contain): `*` any run, `?` any one
+/// character, `[abc]`, `[a-z]`, `[!a]`/`[^a]` classes, `\` escapes. A malformed pattern matches
+/// nothing (Go returns an error, upstream treats it as no match).
+pub fn glob_match(pattern: &str, key: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let k: Vec<char> = key.chars().collect();
+    matches_from(&p, &k)
+}
+
+fn matches_from(p: &[char], k: &[char]) -> bool {
+    match p.first() {
+        None => k.is_empty(),
+        Some('*') => (0..=k.len()).any(|i| matches_from(&p[1..], &k[i..])),
+        Some('?') => !k.is_empty() && matches_from(&p[1..], &k[1..]),
+        Some('[') => {
+            let Some((&c, rest)) = k.split_first() else {
+                return false;
+            };
+            match class(&p[1..], c) {
+                Some((true, after)) => matches_from(after, rest),
+                _ => false,
+            }
+        }
+        Some('\\') => match (p.get(1), k.split_first()) {
+            (Some(e), Some((c, rest))) => e == c && matches_from(&p[2..], rest),
+            _ => false,
+        },
+        Some(c) => k.first() == Some(c) && matches_from(&p[1..], &k[1..]),
+    }
+}
+
+/// Matches `c` against the class starting after `[`; returns whether it matched and the pattern
+/// after `]`, or `None` for an unterminated class.
+fn class(p: &[char], c: char) -> Option<(bool, &[char])> {
+    let (negated, mut i) = match p.first() {
+        Some('!' | '^') => (true, 1),
+        _ => (false, 0),
+    };
+    let mut matched = false;
+    let mut first = true;
+    loop {
+        let lo = *p.get(i)?;
+        if lo == ']' && !first {
+            return Some((matched != negated, &p[i + 1..]));
+        }
+        first = false;
+        if p.get(i + 1) == Some(&'-') && p.get(i + 2).is_some_and(|h| *h != ']') {
+            let hi = *p.get(i + 2)?;
+            matched |= lo <= c && c <= hi;
+            i += 3;
+        } else {
+            matched |= lo == c;
+            i += 1;
+        }
+    }
+}
+
+/// Keys added or whose value changed, sorted (removed keys are ignored, as upstream).
+pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
+    new.iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// The interrupt a config change of `package` calls for: the merge of its configInterrupts whose
+/// key glob matches a changed key; `None` when none matches (the config stage is then terminal).
+pub fn config_interrupt(package: &Package, changed: &[String]) -> Option<Interrupt> {
+    let matching = package
+        .config_interrupts
+        .iter()
+        .filter(|(glob, _)| changed.iter().any(|k| glob_match(glob, k)));
+    merge_interrupts(matching.map(|(glob, i)| (glob.as_str(), i))).map(|m| m.interrupt)
+}
+
+/// The NodeWright as the stage machine must see it: every package with recorded config updates has
+/// the interrupt those updates call for instead of its own `interrupt` (upstream's "has interrupt"
+/// rule, §2.8).
+pub fn effective(nodewright: &NodeWright) -> NodeWright {
+    let mut nw = nodewright.clone();
+    let Some(updates) = nodewright.status.as_ref().map(|s| &s.config_updates) else {
+        return nw;
+    };
+    for (name, package) in &mut nw.spec.packages {
+        if let Some(keys) = updates.get(name).filter(|k| !k.is_empty()) {
+            package.interrupt = config_interrupt(package, keys);
+        }
+    }
+    nw
+}
+
+/// Whether a config change of package `name` (at `version`) may start on a node now: only once the
+/// package has settled there (complete, erroring, queued, or not installed), as upstream waits. A
+/// stage in flight would otherwise finish under the new `configUpdates` (an install skipping its
+/// interrupt) or be torn apart inside its interrupt; the change is taken on a later pass.
+pub fn may_start(state: &NodeState, name: &str, version: &str) -> bool {
+    state.get(name, version).is_none_or(|r| match r.state {
+        Some(State::Complete | State::Erroring) => true,
+        Some(State::Unknown) => r.stage == Stage::Config,
+        _ => false,
+    })
+}
+
+/// Queues the config rerun of package `name` on a node: a record that completed a stage, or that
+/// errors at config or later, becomes `(config, unknown)`. A package still installing (apply or
+/// upgrade in flight) is left alone: its Job is replaced by the drift check and runs with the new
+/// files anyway; a package absent from the node installs with them. Returns whether the record
+/// changed.
+pub fn queue(state: &mut NodeState, name: &str, version: &str) -> bool {
+    let Some(record) = state.get(name, version) else {
+        return false;
+    };
+    let rerun = match record.state {
+        Some(State::Complete) => {
+            !matches!(record.stage, Stage::Uninstall | Stage::UninstallInterrupt)
+        }
+        Some(State::Erroring) => matches!(
+            record.stage,
+            Stage::Config | Stage::Interrupt | Stage::PostInterrupt
+        ),
+        _ => false,
+    };
+    if !rerun || (record.stage == Stage::Config && record.state == Some(State::Unknown)) {
+        return false;
+    }
+    let mut next = record.clone();
+    next.stage = Stage::Config;
+    next.state = Some(State::Unknown);
+    next.restarts = 0;
+    state.upsert(next);
+    true
+}
+
+/// The new `status.configUpdates[<p>]`: the changed keys replace the previous ones when every node
+/// had finished the previous rollout, otherwise they are added to them (a node that has not rerun
+/// yet must still see the earlier keys' interrupt).
+pub fn merged_keys(
+    previous: Option<&Vec<String>>,
+    changed: &[String],
+    all_done: bool,
+) -> Vec<String> {
+    let mut keys: BTreeSet<String> = if all_done {
+        BTreeSet::new()
+    } else {
+        previous.into_iter().flatten().cloned().collect()
+    };
+    keys.extend(changed.iter().cloned());
+    keys.into_iter().collect()
+}
+
+/// Detects config changes, records them (`status.configUpdates`, in the API and in `nodewright`),
+/// queues the reruns on `nodes` (the NodeWright's selected nodes), then writes the package
+/// ConfigMaps. A change is held back (its ConfigMap not written) while a node is inside that
+/// package's interrupt. Returns whether `status.configUpdates` was written (the caller then ends the
+/// pass: the status it computed would be for the object as it was before that write).
+pub async fn sync(
+    ctx: &Context,
+    nodewright: &mut NodeWright,
+    nodes: &[Arc<Node>],
+) -> Result<bool, ReconcileError> {
+    let name = nodewright.name_any();
+    let namespace = ctx.config.namespace.as_str();
+    let existing = configmaps::list_owned(&ctx.client, namespace, &name).await?;
+    let previous = nodewright
+        .status
+        .as_ref()
+        .map(|s| s.config_updates.clone())
+        .unwrap_or_default();
+    let mut updates = previous.clone();
+    // A package that left the spec or has no files has no config updates.
+    updates.retain(|p, _| {
+        nodewright
+            .spec
+            .packages
+            .get(p)
+            .is_some_and(|p| !p.config_map.is_empty())
+    });
+    let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
+    let mut hold = BTreeSet::new();
+    let mut changes: Vec<(String, String)> = Vec::new();
+    for (cm_name, (package, version, data)) in configmaps::wanted_package_configmaps(nodewright) {
+        let old = existing
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(cm_name.as_str()))
+            .map(|c| c.data.clone().unwrap_or_default());
+        let Some(old) = old else {
+            // First install or a new version: its files are new, not changed.
+            updates.remove(&package);
+            continue;
+        };
+        let changed = changed_keys(&old, &data);
+        if changed.is_empty() {
+            continue;
+        }
+        if !states.iter().all(|s| may_start(s, &package, &version)) {
+            info!(nodewright = %name, %package, "config change waits for the package to settle");
+            hold.insert(cm_name);
+            continue;
+        }
+        let all_done = states.iter().all(|s| {
+            s.get(&package, &version)
+                .is_none_or(|r| r.state == Some(State::Complete))
+        });
+        let keys = merged_keys(previous.get(&package), &changed, all_done);
+        info!(nodewright = %name, %package, ?changed, "config changed: the config stage runs again");
+        updates.insert(package.clone(), keys);
+        changes.push((package, version));
+    }
+    let written = updates != previous;
+    if written {
+        write_updates(ctx, &name, &previous, &updates).await?;
+        nodewright
+            .status
+            .get_or_insert_with(Default::default)
+            .config_updates = updates;
+    }
+    for node in nodes {
+        queue_on_node(ctx, &name, node, &changes).await?;
+    }
+    configmaps::sync_package_configmaps(&ctx.client, namespace, nodewright, &existing, &hold)
+        .await?;
+    Ok(written)
+}
+
+/// Writes `status.configUpdates` (merge patch; removed packages as `null`).
+async fn write_updates(
+    ctx: &Context,
+    nodewright: &str,
+    previous: &BTreeMap<String, Vec<String>>,
+    updates: &BTreeMap<String, Vec<String>>,
+) -> Result<(), ReconcileError> {
+    let mut value: Map<String, Value> = previous
+        .keys()
+        .filter(|p| !updates.contains_key(*p))
+        .map(|p| (p.clone(), Value::Null))
+        .collect();
+    for (p, keys) in updates {
+        value.insert(p.clone(), json!(keys));
+    }
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    Api::<NodeWright>::all(ctx.client.clone())
+        .patch_status(
+            nodewright,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"configUpdates": value}})),
+        )
+        .await
+        .map_err(ReconcileError::api(format!(
+            "recording the config updates of NodeWright {nodewright}"
+        )))?;
+    Ok(())
+}
+
+/// Queues the reruns of `changes` (package, version) in the node's state.
+async fn queue_on_node(
+    ctx: &Context,
+    nodewright: &str,
+    node: &Node,
+    changes: &[(String, String)],
+) -> Result<(), ReconcileError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let node_name = node.name_any();
+    let mut node = node.clone();
+    let mut state = parse_state(&node, nodewright);
+    for attempt in 0..4 {
+        let Some(mut s) = state else {
+            return Ok(());
+        };
+        let mut changed = false;
+        for (package, version) in changes {
+            changed |= queue(&mut s, package, version);
+        }
+        if !changed {
+            return Ok(());
+        }
+        let mut edit = NodeEdit::default();
+        edit.annotate(keys::node_state_key(nodewright), s.to_annotation());
+        if !ctx.leading() {
+            return Err(ReconcileError::TermEnded);
+        }
+        match node_patch::apply(&api, &node, &edit).await {
+            Ok(_) => return Ok(()),
+            Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
+                match reread(ctx, nodewright, &node_name).await? {
+                    Some((fresh, fresh_state)) => {
+                        node = fresh;
+                        state = fresh_state;
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::api::{InterruptType, NodeWrightSpec, NodeWrightStatus};
+    use nodewright_shared::node_state::PackageStatus;
+
+    #[test]
+    fn globs_follow_filepath_match() {
+        for (pattern, key, want) in [
+            ("a.conf", "a.conf", true),
+            ("a.conf", "b.conf", false),
+            ("*.conf", "containerd.conf", true),
+            ("*.conf", "containerd.toml", false),
+            ("*", "", true),
+            ("c?d", "cod", true),
+            ("c?d", "cd", false),
+            ("[ab]x", "bx", true),
+            ("[a-c]x", "cx", true),
+            ("[!a-c]x", "cx", false),
+            ("[^a]x", "bx", true),
+            ("[]]", "]", true),
+            ("\\*", "*", true),
+            ("\\*", "a", false),
+            ("[ab", "a", false),
+            ("net-*-*.sh", "net-eth0-up.sh", true),
+        ] {
+            assert_eq!(glob_match(pattern, key), want, "{pattern} vs {key}");
+        }
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn changed_keys_are_added_or_modified_ones() {
+        let old = map(&[("a", "1"), ("b", "2"), ("gone", "x")]);
+        let new = map(&[("a", "1"), ("b", "3"), ("c", "4")]);
+        assert_eq!(changed_keys(&old, &new), ["b", "c"]);
+        assert!(changed_keys(&new, &new).is_empty());
+    }
+
+    fn interrupt(kind: InterruptType, services: &[&str]) -> Interrupt {
+        Interrupt {
+            kind,
+            services: services.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    fn package() -> Package {
+        Package {
+            version: "1.0.0".into(),
+            image: "img".into(),
+            interrupt: Some(interrupt(InterruptType::Reboot, &[])),
+            config_interrupts: BTreeMap::from([
+                (
+                    "containerd.toml".to_owned(),
+                    interrupt(InterruptType::Service, &["containerd"]),
+                ),
+                (
+                    "*.service".to_owned(),
+                    interrupt(InterruptType::Service, &["cron"]),
+                ),
+            ]),
+            config_map: map(&[("containerd.toml", "x")]),
+            ..Package::default()
+        }
+    }
+
+    #[test]
+    fn matching_config_interrupts_merge_and_no_match_means_none() {
+        let p = package();
+        assert_eq!(
+            config_interrupt(&p, &["containerd.toml".into(), "a.service".into()]),
+            Some(interrupt(InterruptType::Service, &["containerd", "cron"]))
+        );
+        assert_eq!(
+            config_interrupt(&p, &["a.service".into()]),
+            Some(interrupt(InterruptType::Service, &["cron"]))
+        );
+        assert_eq!(config_interrupt(&p, &["readme".into()]), None);
+    }
+
+    #[test]
+    fn the_effective_spec_takes_the_config_interrupt() {
+        let mut nw = NodeWright::new(
+            "nw",
+            NodeWrightSpec {
+                packages: BTreeMap::from([
+                    ("p".to_owned(), package()),
+                    ("q".to_owned(), package()),
+                ]),
+                ..NodeWrightSpec::default()
+            },
+        );
+        nw.status = Some(NodeWrightStatus {
+            config_updates: BTreeMap::from([
+                ("p".to_owned(), vec!["readme".to_owned()]),
+                ("q".to_owned(), vec!["containerd.toml".to_owned()]),
+            ]),
+            ..NodeWrightStatus::default()
+        });
+        let e = effective(&nw);
+        assert_eq!(e.spec.packages["p"].interrupt, None);
+        assert_eq!(
+            e.spec.packages["q"].interrupt,
+            Some(interrupt(InterruptType::Service, &["containerd"]))
+        );
+        // Without updates the package keeps its own interrupt.
+        nw.status = None;
+        assert_eq!(
+            effective(&nw).spec.packages["p"].interrupt,
+            Some(interrupt(InterruptType::Reboot, &[]))
+        );
+    }
+
+    fn record(stage: Stage, state: State) -> NodeState {
+        let mut s = NodeState::default();
+        s.upsert(PackageStatus {
+            name: "p".into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage,
+            state: Some(state),
+            restarts: 2,
+        });
+        s
+    }
+
+    #[test]
+    fn only_settled_records_are_queued() {
+        for (stage, state, queued) in [
+            (Stage::Config, State::Complete, true),
+            (Stage::PostInterrupt, State::Complete, true),
+            (Stage::Interrupt, State::Erroring, true),
+            (Stage::Config, State::Erroring, true),
+            (Stage::Apply, State::Erroring, false),
+            (Stage::Apply, State::InProgress, false),
+            (Stage::Config, State::InProgress, false),
+            (Stage::Uninstall, State::Complete, false),
+        ] {
+            let mut s = record(stage, state);
+            assert_eq!(queue(&mut s, "p", "1.0.0"), queued, "{stage} {state:?}");
+            if queued {
+                let r = s.get("p", "1.0.0").expect("record");
+                assert_eq!(
+                    (r.stage, r.state, r.restarts),
+                    (Stage::Config, Some(State::Unknown), 0)
+                );
+                // Idempotent.
+                assert!(!queue(&mut s, "p", "1.0.0"));
+            }
+        }
+        assert!(!queue(&mut NodeState::default(), "p", "1.0.0"));
+    }
+
+    #[test]
+    fn a_change_waits_until_the_package_settled() {
+        assert!(!may_start(
+            &record(Stage::Interrupt, State::InProgress),
+            "p",
+            "1.0.0"
+        ));
+        assert!(!may_start(
+            &record(Stage::Interrupt, State::Skipped),
+            "p",
+            "1.0.0"
+        ));
+        assert!(!may_start(
+            &record(Stage::PostInterrupt, State::InProgress),
+            "p",
+            "1.0.0"
+        ));
+        assert!(may_start(
+            &record(Stage::PostInterrupt, State::Complete),
+            "p",
+            "1.0.0"
+        ));
+        assert!(may_start(&NodeState::default(), "p", "1.0.0"));
+        assert!(!may_start(
+            &record(Stage::Apply, State::InProgress),
+            "p",
+            "1.0.0"
+        ));
+        assert!(may_start(
+            &record(Stage::Apply, State::Erroring),
+            "p",
+            "1.0.0"
+        ));
+        assert!(may_start(
+            &record(Stage::Config, State::Unknown),
+            "p",
+            "1.0.0"
+        ));
+    }
+
+    #[test]
+    fn keys_replace_after_a_finished_rollout_and_accumulate_during_one() {
+        let previous = vec!["a".to_owned()];
+        assert_eq!(merged_keys(Some(&previous), &["b".into()], true), ["b"]);
+        assert_eq!(
+            merged_keys(Some(&previous), &["b".into()], false),
+            ["a", "b"]
+        );
+        assert_eq!(merged_keys(None, &["b".into()], false), ["b"]);
+    }
+}

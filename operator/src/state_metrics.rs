@@ -1,0 +1,556 @@
+//! The per-NodeWright gauges and the reconcile counters (upstream-operator.md §6.6, renamed
+//! `skyhook_*` → `nodewright_*` and `skyhook_name` → `nodewright_name`):
+//!
+//! - `nodewright_status{nodewright_name,status}`: 1 for the NodeWright's status, 0 for the others;
+//! - `nodewright_node_status_count{nodewright_name,status}`: nodes per node status (all statuses);
+//! - `nodewright_node_target_count{nodewright_name}`: selected nodes;
+//! - `nodewright_package_state_count{…,package_name,package_version,state}` and
+//!   `nodewright_package_stage_count{…,stage}`: nodes whose record of the package's current version
+//!   is in that state / stage (summed over stages, unlike upstream which overwrote per pair);
+//! - `nodewright_package_restarts_count{…}`: failed attempts summed over the nodes;
+//! - `nodewright_rollout_*{nodewright_name,policy_name,compartment_name,strategy}`: per compartment
+//!   (matched_nodes, ceiling, in_progress, completed, progress_percent, and from the batch state
+//!   current_batch, consecutive_failures, should_stop — 0 without a strategy);
+//! - `nodewright_reconcile_total{controller,result}`: reconciles run, by outcome.
+//!
+//! The values are computed by the pure [`samples`] from the status the rollout reconciler just
+//! computed, so metrics and status never disagree. Series a NodeWright no longer has (a package
+//! removed, a compartment gone) are removed, and all of its series when it is deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use nodewright_shared::api::{NodeWright, NodeWrightStatus, Status};
+use nodewright_shared::node_state::{Stage, State};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Label pairs of one series.
+pub type Labels = Vec<(String, String)>;
+
+/// The series written last, per NodeWright.
+type Written = BTreeMap<String, BTreeSet<(Gauges, Labels)>>;
+
+const STATUSES: [Status; 8] = [
+    Status::Complete,
+    Status::InProgress,
+    Status::Erroring,
+    Status::Blocked,
+    Status::Waiting,
+    Status::Paused,
+    Status::Disabled,
+    Status::Unknown,
+];
+
+const STATES: [State; 5] = [
+    State::Complete,
+    State::InProgress,
+    State::Skipped,
+    State::Erroring,
+    State::Unknown,
+];
+
+/// The policy label of a NodeWright without a DeploymentPolicy (upstream-api.md §5.10).
+pub const LEGACY_POLICY: &str = "legacy";
+
+/// The gauges, by name without the `nodewright_` prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Gauges {
+    /// `status`.
+    Status,
+    /// `node_status_count`.
+    NodeStatusCount,
+    /// `node_target_count`.
+    NodeTargetCount,
+    /// `package_state_count`.
+    PackageStateCount,
+    /// `package_stage_count`.
+    PackageStageCount,
+    /// `package_restarts_count`.
+    PackageRestartsCount,
+    /// `rollout_matched_nodes`.
+    RolloutMatchedNodes,
+    /// `rollout_ceiling`.
+    RolloutCeiling,
+    /// `rollout_in_progress`.
+    RolloutInProgress,
+    /// `rollout_completed`.
+    RolloutCompleted,
+    /// `rollout_progress_percent`.
+    RolloutProgressPercent,
+    /// `rollout_current_batch`.
+    RolloutCurrentBatch,
+    /// `rollout_consecutive_failures`.
+    RolloutConsecutiveFailures,
+    /// `rollout_should_stop`.
+    RolloutShouldStop,
+}
+
+impl Gauges {
+    const ALL: [Gauges; 14] = [
+        Gauges::Status,
+        Gauges::NodeStatusCount,
+        Gauges::NodeTargetCount,
+        Gauges::PackageStateCount,
+        Gauges::PackageStageCount,
+        Gauges::PackageRestartsCount,
+        Gauges::RolloutMatchedNodes,
+        Gauges::RolloutCeiling,
+        Gauges::RolloutInProgress,
+        Gauges::RolloutCompleted,
+        Gauges::RolloutProgressPercent,
+        Gauges::RolloutCurrentBatch,
+        Gauges::RolloutConsecutiveFailures,
+        Gauges::RolloutShouldStop,
+    ];
+
+    /// Name (registered with the `nodewright` prefix) and help.
+    fn describe(self) -> (&'static str, &'static str) {
+        match self {
+            Gauges::Status => ("status", "1 for the NodeWright's current status, else 0"),
+            Gauges::NodeStatusCount => ("node_status_count", "Nodes per node status"),
+            Gauges::NodeTargetCount => ("node_target_count", "Nodes the NodeWright selects"),
+            Gauges::PackageStateCount => (
+                "package_state_count",
+                "Nodes whose record of the package version is in this state",
+            ),
+            Gauges::PackageStageCount => (
+                "package_stage_count",
+                "Nodes whose record of the package version is at this stage",
+            ),
+            Gauges::PackageRestartsCount => (
+                "package_restarts_count",
+                "Failed attempts of the package version, summed over the nodes",
+            ),
+            Gauges::RolloutMatchedNodes => ("rollout_matched_nodes", "Nodes in the compartment"),
+            Gauges::RolloutCeiling => (
+                "rollout_ceiling",
+                "Most nodes of the compartment in progress at once",
+            ),
+            Gauges::RolloutInProgress => (
+                "rollout_in_progress",
+                "Nodes of the compartment in progress",
+            ),
+            Gauges::RolloutCompleted => ("rollout_completed", "Complete nodes of the compartment"),
+            Gauges::RolloutProgressPercent => (
+                "rollout_progress_percent",
+                "Complete nodes of the compartment in percent",
+            ),
+            Gauges::RolloutCurrentBatch => (
+                "rollout_current_batch",
+                "The compartment's batch being rolled out (0 without a strategy)",
+            ),
+            Gauges::RolloutConsecutiveFailures => (
+                "rollout_consecutive_failures",
+                "Failed batches in a row in the compartment",
+            ),
+            Gauges::RolloutShouldStop => (
+                "rollout_should_stop",
+                "1 when failed batches stopped the compartment's rollout",
+            ),
+        }
+    }
+}
+
+/// One gauge value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Which gauge.
+    pub gauge: Gauges,
+    /// Its labels.
+    pub labels: Labels,
+    /// Its value.
+    pub value: i64,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The gauges of one NodeWright from the status the rollout computed. `strategies` names each
+/// compartment's strategy (fixed, linear, exponential, unknown).
+pub fn samples(
+    nodewright: &NodeWright,
+    status: &NodeWrightStatus,
+    strategies: &BTreeMap<String, &'static str>,
+) -> Vec<Sample> {
+    let name = nodewright.metadata.name.as_deref().unwrap_or_default();
+    let mut out = Vec::new();
+    let mut push = |gauge, labels, value| {
+        out.push(Sample {
+            gauge,
+            labels,
+            value,
+        })
+    };
+    let current = status.status.unwrap_or_default();
+    for s in STATUSES {
+        let at = labels(&[("nodewright_name", name), ("status", s.as_str())]);
+        push(Gauges::Status, at.clone(), i64::from(s == current));
+        let count = status.node_status.values().filter(|n| **n == s).count();
+        push(
+            Gauges::NodeStatusCount,
+            at,
+            i64::try_from(count).unwrap_or(i64::MAX),
+        );
+    }
+    push(
+        Gauges::NodeTargetCount,
+        labels(&[("nodewright_name", name)]),
+        i64::try_from(status.node_status.len()).unwrap_or(i64::MAX),
+    );
+
+    for (package, spec) in &nodewright.spec.packages {
+        let version = spec.version.as_str();
+        let base = [
+            ("nodewright_name", name),
+            ("package_name", package.as_str()),
+            ("package_version", version),
+        ];
+        let records: Vec<_> = status
+            .node_state
+            .values()
+            .filter_map(|s| s.get(package, version))
+            .collect();
+        for state in STATES {
+            let count = records.iter().filter(|r| r.state == Some(state)).count();
+            let mut l = labels(&base);
+            l.push(("state".to_owned(), state.as_str().to_owned()));
+            push(
+                Gauges::PackageStateCount,
+                l,
+                i64::try_from(count).unwrap_or(i64::MAX),
+            );
+        }
+        for stage in Stage::ALL {
+            let count = records.iter().filter(|r| r.stage == stage).count();
+            let mut l = labels(&base);
+            l.push(("stage".to_owned(), stage.as_str().to_owned()));
+            push(
+                Gauges::PackageStageCount,
+                l,
+                i64::try_from(count).unwrap_or(i64::MAX),
+            );
+        }
+        let restarts: i64 = records.iter().map(|r| i64::from(r.restarts.max(0))).sum();
+        push(Gauges::PackageRestartsCount, labels(&base), restarts);
+    }
+
+    let policy = nodewright
+        .spec
+        .deployment_policy
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .unwrap_or(LEGACY_POLICY);
+    for (compartment, c) in &status.compartment_statuses {
+        let strategy = strategies.get(compartment).copied().unwrap_or("unknown");
+        let l = labels(&[
+            ("nodewright_name", name),
+            ("policy_name", policy),
+            ("compartment_name", compartment.as_str()),
+            ("strategy", strategy),
+        ]);
+        let batch = c.batch_state.clone().unwrap_or_default();
+        for (gauge, value) in [
+            (Gauges::RolloutMatchedNodes, c.matched),
+            (Gauges::RolloutCeiling, c.ceiling),
+            (Gauges::RolloutInProgress, c.in_progress),
+            (Gauges::RolloutCompleted, c.completed),
+            (Gauges::RolloutProgressPercent, c.progress_percent),
+            (Gauges::RolloutCurrentBatch, batch.current_batch),
+            (
+                Gauges::RolloutConsecutiveFailures,
+                batch.consecutive_failures,
+            ),
+            (Gauges::RolloutShouldStop, i32::from(batch.should_stop)),
+        ] {
+            push(gauge, l.clone(), i64::from(value));
+        }
+    }
+    out
+}
+
+/// The outcome label of a reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It returned an action.
+    Success,
+    /// It returned an error (retried by its error policy).
+    Error,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// The families, shared by every clone (a clone is a handle).
+#[derive(Debug, Clone, Default)]
+pub struct StateMetrics {
+    gauges: BTreeMap<Gauges, Family<Labels, Gauge>>,
+    reconciles: Family<Labels, Counter>,
+    /// Series written last per NodeWright, so the ones it no longer has are removed.
+    written: Arc<Mutex<Written>>,
+}
+
+impl StateMetrics {
+    /// New families, registered in `registry` (whose prefix is `nodewright`).
+    pub fn registered(registry: &mut Registry) -> Self {
+        let mut metrics = StateMetrics::default();
+        for gauge in Gauges::ALL {
+            let family = Family::<Labels, Gauge>::default();
+            let (name, help) = gauge.describe();
+            registry.register(name, help, family.clone());
+            metrics.gauges.insert(gauge, family);
+        }
+        registry.register(
+            "reconcile",
+            "Reconciles run, by controller and result",
+            metrics.reconciles.clone(),
+        );
+        metrics
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Written> {
+        // The map is only ever replaced entry by entry; a panic elsewhere cannot corrupt it.
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the gauges of one NodeWright and removes the series it no longer has.
+    pub fn report(&self, nodewright: &str, samples: Vec<Sample>) {
+        let mut now = BTreeSet::new();
+        for s in samples {
+            if let Some(family) = self.gauges.get(&s.gauge) {
+                family.get_or_create(&s.labels).set(s.value);
+            }
+            now.insert((s.gauge, s.labels));
+        }
+        let mut written = self.lock();
+        if let Some(before) = written.get(nodewright) {
+            for (gauge, labels) in before.difference(&now) {
+                if let Some(family) = self.gauges.get(gauge) {
+                    family.remove(labels);
+                }
+            }
+        }
+        written.insert(nodewright.to_owned(), now);
+    }
+
+    /// Removes every series of a NodeWright (it is being deleted).
+    pub fn forget(&self, nodewright: &str) {
+        let before = self.lock().remove(nodewright).unwrap_or_default();
+        for (gauge, labels) in before {
+            if let Some(family) = self.gauges.get(&gauge) {
+                family.remove(&labels);
+            }
+        }
+    }
+
+    /// Counts one reconcile of `controller` (`nodewright` or `job`).
+    pub fn count_reconcile(&self, controller: &str, outcome: Outcome) {
+        self.reconciles
+            .get_or_create(&labels(&[
+                ("controller", controller),
+                ("result", outcome.as_str()),
+            ]))
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::api::{BatchState, CompartmentStatus, NodeWrightSpec, Package};
+    use nodewright_shared::node_state::{NodeState, PackageStatus};
+
+    fn record(stage: Stage, state: State, restarts: i32) -> PackageStatus {
+        PackageStatus {
+            name: "dax".into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage,
+            state: Some(state),
+            restarts,
+        }
+    }
+
+    fn fixture() -> (NodeWright, NodeWrightStatus) {
+        let nw = NodeWright::new(
+            "nw",
+            NodeWrightSpec {
+                packages: BTreeMap::from([(
+                    "dax".to_owned(),
+                    Package {
+                        version: "1.0.0".into(),
+                        ..Package::default()
+                    },
+                )]),
+                ..NodeWrightSpec::default()
+            },
+        );
+        let mut a = NodeState::default();
+        a.upsert(record(Stage::Config, State::Complete, 0));
+        let mut b = NodeState::default();
+        b.upsert(record(Stage::Apply, State::Erroring, 2));
+        let mut c = NodeState::default();
+        c.upsert(record(Stage::Config, State::InProgress, 1));
+        let status = NodeWrightStatus {
+            status: Some(Status::InProgress),
+            node_state: BTreeMap::from([
+                ("a".to_owned(), a),
+                ("b".to_owned(), b),
+                ("c".to_owned(), c),
+            ]),
+            node_status: BTreeMap::from([
+                ("a".to_owned(), Status::Complete),
+                ("b".to_owned(), Status::Erroring),
+                ("c".to_owned(), Status::InProgress),
+            ]),
+            compartment_statuses: BTreeMap::from([(
+                "__default__".to_owned(),
+                CompartmentStatus {
+                    matched: 3,
+                    ceiling: 2,
+                    in_progress: 2,
+                    completed: 1,
+                    progress_percent: 33,
+                    batch_state: Some(BatchState {
+                        current_batch: 2,
+                        consecutive_failures: 1,
+                        ..BatchState::default()
+                    }),
+                },
+            )]),
+            ..NodeWrightStatus::default()
+        };
+        (nw, status)
+    }
+
+    fn value(samples: &[Sample], gauge: Gauges, pairs: &[(&str, &str)]) -> Option<i64> {
+        samples
+            .iter()
+            .find(|s| {
+                s.gauge == gauge && pairs.iter().all(|p| s.labels.contains(&labels(&[*p])[0]))
+            })
+            .map(|s| s.value)
+    }
+
+    #[test]
+    fn samples_follow_the_status() {
+        let (nw, status) = fixture();
+        let strategies = BTreeMap::from([("__default__".to_owned(), "exponential")]);
+        let s = samples(&nw, &status, &strategies);
+        assert_eq!(
+            value(&s, Gauges::Status, &[("status", "in_progress")]),
+            Some(1)
+        );
+        assert_eq!(
+            value(&s, Gauges::Status, &[("status", "complete")]),
+            Some(0)
+        );
+        assert_eq!(
+            s.iter().filter(|x| x.gauge == Gauges::Status).count(),
+            8,
+            "every status is emitted"
+        );
+        assert_eq!(
+            value(&s, Gauges::NodeStatusCount, &[("status", "erroring")]),
+            Some(1)
+        );
+        assert_eq!(
+            value(&s, Gauges::NodeStatusCount, &[("status", "waiting")]),
+            Some(0)
+        );
+        assert_eq!(value(&s, Gauges::NodeTargetCount, &[]), Some(3));
+        // Summed over stages: the complete and the in-progress record are both at config.
+        assert_eq!(
+            value(&s, Gauges::PackageStageCount, &[("stage", "config")]),
+            Some(2)
+        );
+        assert_eq!(
+            value(&s, Gauges::PackageStateCount, &[("state", "erroring")]),
+            Some(1)
+        );
+        assert_eq!(
+            value(&s, Gauges::PackageStateCount, &[("state", "skipped")]),
+            Some(0)
+        );
+        assert_eq!(value(&s, Gauges::PackageRestartsCount, &[]), Some(3));
+        let rollout = [
+            ("policy_name", LEGACY_POLICY),
+            ("compartment_name", "__default__"),
+            ("strategy", "exponential"),
+        ];
+        assert_eq!(value(&s, Gauges::RolloutCeiling, &rollout), Some(2));
+        assert_eq!(value(&s, Gauges::RolloutCurrentBatch, &rollout), Some(2));
+        assert_eq!(
+            value(&s, Gauges::RolloutConsecutiveFailures, &rollout),
+            Some(1)
+        );
+        assert_eq!(value(&s, Gauges::RolloutShouldStop, &rollout), Some(0));
+        assert_eq!(
+            value(&s, Gauges::RolloutProgressPercent, &rollout),
+            Some(33)
+        );
+    }
+
+    #[test]
+    fn series_a_nodewright_no_longer_has_are_removed() {
+        let mut registry = Registry::with_prefix("nodewright");
+        let metrics = StateMetrics::registered(&mut registry);
+        let (nw, status) = fixture();
+        metrics.report("nw", samples(&nw, &status, &BTreeMap::new()));
+        metrics.count_reconcile("nodewright", Outcome::Success);
+        metrics.count_reconcile("nodewright", Outcome::Success);
+        metrics.count_reconcile("job", Outcome::Error);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(
+            text.contains(r#"nodewright_status{nodewright_name="nw",status="in_progress"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"nodewright_rollout_matched_nodes{nodewright_name="nw",policy_name="legacy",compartment_name="__default__",strategy="unknown"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"nodewright_reconcile_total{controller="nodewright",result="success"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"nodewright_reconcile_total{controller="job",result="error"} 1"#),
+            "{text}"
+        );
+
+        // The compartment goes: its series go; the others stay.
+        let mut fewer = status.clone();
+        fewer.compartment_statuses.clear();
+        metrics.report("nw", samples(&nw, &fewer, &BTreeMap::new()));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(
+            !text.contains("nodewright_rollout_matched_nodes{"),
+            "{text}"
+        );
+        assert!(text.contains("nodewright_node_target_count{"), "{text}");
+
+        metrics.forget("nw");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(!text.contains(r#"nodewright_name="nw""#), "{text}");
+    }
+}

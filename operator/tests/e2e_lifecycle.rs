@@ -1,0 +1,895 @@
+//! The package lifecycle after the first install, end to end on the local control plane (real
+//! kube-apiserver, etcd, the Job controller, kwok simulating the nodes). Each test runs its own
+//! operator in-process, scoped by the label `nodewright.test/lifecycle` to its own NodeWright and
+//! namespace, so the tests share this binary's cluster. The harness is the one of `e2e_rollout.rs`.
+//!
+//! (config) a configMap change of a completed package reruns its config stage on every node; a
+//!     changed key matched by a configInterrupt (service) also runs that interrupt.
+//! (uninstall) `uninstall.apply` runs the uninstall (and uninstall-interrupt) Jobs and drops the
+//!     package from node state; deleting the NodeWright uninstalls the enabled packages, then lets
+//!     the object go.
+//! (j) an interrupt package cordons, waits on a podNonInterruptLabels pod, evicts a PDB-protected
+//!     pod only once the PDB allows it, runs one merged interrupt, uncordons.
+//! (cancel) `uninstall.apply` set back to false while the uninstall runs: its Job is stopped and the
+//!     package installs again.
+//! (reboot) with REAPPLY_ON_REBOOT, a reboot (new bootID) resets the node and everything is applied
+//!     again; the boot ID is recorded in status.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
+use nodewright_operator::config::OperatorConfig;
+use nodewright_operator::{JobHook, RunOptions};
+use nodewright_shared::api::{
+    Interrupt, InterruptType, InterruptionBudget, NodeWright, NodeWrightSpec, Package, Status,
+    Uninstall,
+};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{NodeState, Stage, State};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
+const BOUND: Duration = Duration::from_secs(240);
+/// Label that scopes each test's operator to its own NodeWright (distinct from e2e_rollout's).
+const SUITE_LABEL: &str = "nodewright.test/lifecycle";
+
+async fn cluster() -> &'static Cluster {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Cluster::shared(ClusterOptions::default())
+        .await
+        .expect("local control plane")
+}
+
+/// An in-process operator, stopped when dropped.
+struct Operator {
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn start_operator(
+    client: kube::Client,
+    namespace: &str,
+    suite: &str,
+    hook: Option<JobHook>,
+    extra_env: &[(&'static str, &str)],
+) -> Operator {
+    let mut env = BTreeMap::from([
+        ("NAMESPACE", namespace.to_owned()),
+        ("LEADER_ELECTION", "false".to_owned()),
+        ("POD_NAME", format!("operator-{suite}")),
+        ("JOB_BACKOFF_LIMIT", "3".to_owned()),
+        ("LOG_LEVEL", "info".to_owned()),
+        ("LOG_FORMAT", "text".to_owned()),
+    ]);
+    env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
+        .expect("valid operator configuration");
+    nodewright_operator::telemetry::init(&config);
+    let options = RunOptions {
+        nodewright_selector: Some(format!("{SUITE_LABEL}={suite}")),
+        job_hook: hook,
+        readiness: None,
+        webhook_certs: None,
+    };
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = nodewright_operator::run(config, client, options, None, stop).await {
+            eprintln!("operator stopped with an error: {e}");
+        }
+    });
+    Operator {
+        shutdown,
+        task: Some(task),
+    }
+}
+
+fn package(version: &str) -> Package {
+    Package {
+        version: version.into(),
+        image: "ghcr.io/nvidia/skyhook/agentless".into(),
+        ..Package::default()
+    }
+}
+
+fn interrupt(kind: InterruptType, services: &[&str]) -> Option<Interrupt> {
+    Some(Interrupt {
+        kind,
+        services: services.iter().map(|s| (*s).to_owned()).collect(),
+    })
+}
+
+async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
+    let spec = NodeWrightSpec {
+        priority: nodewright_shared::api::DEFAULT_PRIORITY,
+        ..spec
+    };
+    let mut nw = NodeWright::new(name, spec);
+    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), name.to_owned())]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created")
+}
+
+fn on_nodes(names: &[&str]) -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: None,
+        match_expressions: Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                key: "kubernetes.io/hostname".into(),
+                operator: "In".into(),
+                values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+            },
+        ]),
+    })
+}
+
+async fn patch_nodewright(client: &kube::Client, name: &str, patch: serde_json::Value) {
+    Api::<NodeWright>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("NodeWright patched");
+}
+
+async fn get_node(client: &kube::Client, node: &str) -> Node {
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("node")
+}
+
+fn state_of(node: &Node, nodewright: &str) -> Option<NodeState> {
+    node.annotations()
+        .get(&keys::node_state_key(nodewright))
+        .map(|t| NodeState::parse(t).expect("node state parses"))
+}
+
+/// Chooses the fate of a Job's pods (`None`: kwok's default, success).
+type FateChooser = Arc<dyn Fn(&Job) -> Option<PodFate> + Send + Sync>;
+
+/// Every Job the operator created, as (package label, stage, node), in creation order.
+type Created = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// A hook that logs every created Job (and applies `fate` to those it selects).
+fn logging_hook(created: &Created, fate: Option<FateChooser>) -> JobHook {
+    let log = created.clone();
+    Arc::new(move |job: &mut Job| {
+        let label = |k: &str| job.labels().get(k).cloned().unwrap_or_default();
+        let entry = (
+            label(keys::PACKAGE_LABEL),
+            label(keys::STAGE_LABEL),
+            job.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.node_name.clone())
+                .unwrap_or_default(),
+        );
+        log.lock().expect("log").push(entry);
+        if let Some(f) = fate.as_ref().and_then(|f| f(job))
+            && let Some(spec) = job.spec.as_mut()
+        {
+            f.apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    })
+}
+
+fn count(created: &Created, package: &str, stage: &str, node: &str) -> usize {
+    created
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|(p, s, n)| p.starts_with(&format!("{package}-")) && s == stage && n == node)
+        .count()
+}
+
+/// Waits until `ready` holds on the NodeWright (and its status).
+async fn wait_nodewright(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&NodeWright) -> bool,
+) -> NodeWright {
+    let api = Api::<NodeWright>::all(client.clone());
+    let ready = &ready;
+    cluster
+        .wait_for(&format!("NodeWright {name}: {what}"), BOUND, || {
+            let api = api.clone();
+            async move {
+                let nw = api
+                    .get(name)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
+                Ok(ready(&nw).then_some(nw))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn status_is(nw: &NodeWright, want: Status) -> bool {
+    nw.status.as_ref().and_then(|s| s.status) == Some(want)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("config").await.expect("namespace");
+    let nodes: Vec<String> = cluster.node_names()[..2].to_vec();
+    let created: Created = Arc::default();
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        Some(logging_hook(&created, None)),
+        &[],
+    );
+    let mut cfg = package("1.0.0");
+    cfg.config_map = BTreeMap::from([
+        ("settings".to_owned(), "a=1".to_owned()),
+        ("containerd.toml".to_owned(), "x=1".to_owned()),
+    ]);
+    cfg.config_interrupts = BTreeMap::from([(
+        "*.toml".to_owned(),
+        Interrupt {
+            kind: InterruptType::Service,
+            services: vec!["containerd".into()],
+        },
+    )]);
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&names),
+            packages: BTreeMap::from([("cfg".to_owned(), cfg)]),
+            // One node at a time: config reruns go through the budget too (DESIGN §5).
+            interruption_budget: Some(InterruptionBudget {
+                count: Some(1),
+                percent: None,
+            }),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_nodewright(cluster, &client, &ns, "complete", |nw| {
+        status_is(nw, Status::Complete)
+    })
+    .await;
+    for node in &nodes {
+        assert_eq!(count(&created, "cfg", "config", node), 1);
+    }
+
+    // A key no configInterrupt matches: config only, on every node.
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"cfg": {"configMap": {"settings": "a=2"}}}}}),
+    )
+    .await;
+    let nw = wait_nodewright(cluster, &client, &ns, "config rerun on every node", |nw| {
+        status_is(nw, Status::Complete)
+            && nodes
+                .iter()
+                .all(|n| count(&created, "cfg", "config", n) == 2)
+    })
+    .await;
+    assert_eq!(
+        nw.status.as_ref().and_then(|s| s.config_updates.get("cfg")),
+        Some(&vec!["settings".to_owned()])
+    );
+    // The reruns went one node after the other: the later one started after the earlier finished.
+    let config_jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}=config", keys::STAGE_LABEL)))
+        .await
+        .expect("jobs")
+        .items;
+    assert_eq!(config_jobs.len(), 2, "the reruns' Jobs, one per node");
+    let created_at = |j: &Job| j.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let completed_at = |j: &Job| {
+        j.status
+            .as_ref()
+            .and_then(|s| s.completion_time.as_ref())
+            .map(|t| t.0)
+    };
+    let (first, second) = if created_at(&config_jobs[0]) <= created_at(&config_jobs[1]) {
+        (&config_jobs[0], &config_jobs[1])
+    } else {
+        (&config_jobs[1], &config_jobs[0])
+    };
+    assert!(
+        created_at(second) >= completed_at(first),
+        "config reruns overlapped despite a budget of one node"
+    );
+    assert!(
+        created
+            .lock()
+            .expect("log")
+            .iter()
+            .all(|(_, s, _)| s != "interrupt"),
+        "no interrupt for a key without a configInterrupt"
+    );
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}={ns}", keys::NAME_LABEL)))
+        .await
+        .expect("configmaps")
+        .items
+        .into_iter()
+        .find(|c| c.data.as_ref().is_some_and(|d| d.contains_key("settings")))
+        .expect("package ConfigMap");
+    assert_eq!(
+        cm.data
+            .as_ref()
+            .and_then(|d| d.get("settings"))
+            .map(String::as_str),
+        Some("a=2")
+    );
+
+    // A key matched by the service configInterrupt: config, then the interrupt, then post-interrupt.
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"cfg": {"configMap": {"containerd.toml": "x=2"}}}}}),
+    )
+    .await;
+    let nw = wait_nodewright(
+        cluster,
+        &client,
+        &ns,
+        "config and interrupt on every node",
+        |nw| {
+            status_is(nw, Status::Complete)
+                && nodes.iter().all(|n| {
+                    count(&created, "cfg", "config", n) == 3
+                        && count(&created, "cfg", "interrupt", n) == 1
+                        && count(&created, "cfg", "post-interrupt", n) == 1
+                })
+        },
+    )
+    .await;
+    assert_eq!(
+        nw.status.as_ref().and_then(|s| s.config_updates.get("cfg")),
+        Some(&vec!["containerd.toml".to_owned()])
+    );
+    for node in &nodes {
+        let n = get_node(&client, node).await;
+        let r = state_of(&n, &ns).expect("state");
+        let r = r.get("cfg", "1.0.0").expect("record");
+        assert_eq!(
+            (r.stage, r.state),
+            (Stage::PostInterrupt, Some(State::Complete))
+        );
+        assert!(
+            !n.annotations().contains_key(&keys::cordon_key(&ns)),
+            "uncordoned"
+        );
+    }
+    let interrupts = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}=True", keys::INTERRUPT_LABEL)))
+        .await
+        .expect("jobs")
+        .items;
+    let args: Vec<String> = interrupts
+        .iter()
+        .flat_map(|j| j.spec.iter())
+        .flat_map(|s| s.template.spec.iter())
+        .flat_map(|p| p.init_containers.iter().flatten())
+        .flat_map(|c| c.args.iter().flatten().cloned())
+        .collect();
+    assert!(
+        args.iter().any(|a| a == "interrupt"),
+        "interrupt Jobs run the agent's interrupt mode: {args:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_going() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("uninstall")
+        .await
+        .expect("namespace");
+    let nodes: Vec<String> = cluster.node_names()[..2].to_vec();
+    let created: Created = Arc::default();
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        Some(logging_hook(&created, None)),
+        &[],
+    );
+    let enabled = Some(Uninstall {
+        enabled: true,
+        apply: false,
+    });
+    let mut gone = package("1.0.0");
+    gone.uninstall = enabled.clone();
+    gone.interrupt = interrupt(InterruptType::Noop, &[]);
+    let mut keep = package("2.0.0");
+    keep.uninstall = enabled;
+    let plain = package("3.0.0");
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&names),
+            packages: BTreeMap::from([
+                ("gone".to_owned(), gone),
+                ("keep".to_owned(), keep),
+                ("plain".to_owned(), plain),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_nodewright(cluster, &client, &ns, "complete", |nw| {
+        status_is(nw, Status::Complete)
+    })
+    .await;
+
+    // uninstall.apply: uninstall, then (it has an interrupt) uninstall-interrupt; the record goes.
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"gone": {"uninstall": {"enabled": true, "apply": true}}}}}),
+    )
+    .await;
+    let uninstalled = |nw: &NodeWright| {
+        status_is(nw, Status::Complete)
+            && nw.status.as_ref().is_some_and(|s| {
+                nodes.iter().all(|n| {
+                    s.node_state
+                        .get(n)
+                        .is_some_and(|st| st.get("gone", "1.0.0").is_none())
+                })
+            })
+    };
+    wait_nodewright(cluster, &client, &ns, "gone uninstalled", uninstalled).await;
+    for node in &nodes {
+        assert_eq!(count(&created, "gone", "uninstall", node), 1, "{node}");
+        assert_eq!(
+            count(&created, "gone", "uninstall-interrupt", node),
+            1,
+            "{node}"
+        );
+        let state = state_of(&get_node(&client, node).await, &ns).expect("state");
+        assert!(state.get("gone", "1.0.0").is_none(), "{node}: {state:?}");
+        assert!(state.get("keep", "2.0.0").is_some());
+        assert_eq!(count(&created, "keep", "uninstall", node), 0);
+    }
+
+    // Removing the uninstalled package from the spec: nothing left to do.
+    Api::<NodeWright>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::<()>::Json(
+                serde_json::from_value(json!([{"op": "remove", "path": "/spec/packages/gone"}]))
+                    .expect("patch"),
+            ),
+        )
+        .await
+        .expect("package removed");
+    wait_nodewright(cluster, &client, &ns, "complete without gone", |nw| {
+        status_is(nw, Status::Complete)
+            && nw.status.as_ref().map(|s| s.package_list.as_str()) == Some("keep:2.0.0,plain:3.0.0")
+    })
+    .await;
+
+    // Deletion of a paused NodeWright with an uninstall pending: blocked (and said so) until resumed.
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"metadata": {"annotations": {keys::PAUSE_ANNOTATION: "true"}}}),
+    )
+    .await;
+    wait_nodewright(cluster, &client, &ns, "paused", |nw| {
+        status_is(nw, Status::Paused)
+    })
+    .await;
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_nodewright(cluster, &client, &ns, "DeletionBlocked", |nw| {
+        nw.status.iter().flat_map(|s| &s.conditions).any(|c| {
+            c.type_ == "DeletionBlocked"
+                && c.status == "True"
+                && c.reason == "PausedWithPendingUninstall"
+        })
+    })
+    .await;
+    for node in &nodes {
+        assert_eq!(
+            count(&created, "keep", "uninstall", node),
+            0,
+            "paused: no work"
+        );
+    }
+    // Resumed: the enabled package is uninstalled on every node, then the object goes.
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"metadata": {"annotations": {keys::PAUSE_ANNOTATION: null}}}),
+    )
+    .await;
+    let api = Api::<NodeWright>::all(client.clone());
+    cluster
+        .wait_for("NodeWright deleted", BOUND, || {
+            let api = api.clone();
+            let ns = ns.clone();
+            async move {
+                Ok(api
+                    .get_opt(&ns)
+                    .await
+                    .map_err(|e| cluster.kube_error("get".into(), e))?
+                    .is_none()
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for node in &nodes {
+        assert_eq!(count(&created, "keep", "uninstall", node), 1, "{node}");
+        assert_eq!(count(&created, "plain", "uninstall", node), 0, "{node}");
+        let n = get_node(&client, node).await;
+        let state = state_of(&n, &ns).expect("the node state stays as the record");
+        assert!(state.get("keep", "2.0.0").is_none(), "{node}: {state:?}");
+        assert!(
+            state.get("plain", "3.0.0").is_some(),
+            "{node}: never uninstalled"
+        );
+        assert!(!n.labels().contains_key(&keys::node_status_key(&ns)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("nonint").await.expect("namespace");
+    // Node 2 is this test's alone: another NodeWright's drain would evict its workload pods.
+    let node = cluster.node_names()[2].clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for (name, app) in [("training", "training"), ("web", "web")] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("workload created");
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .expect("pdb");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("PDB created");
+    // The disruption controller must have counted the healthy pod before evictions are decided.
+    cluster
+        .wait_for("PDB observed", BOUND, || {
+            let pdbs = pdbs.clone();
+            async move {
+                let p = pdbs
+                    .get("web")
+                    .await
+                    .map_err(|e| cluster.kube_error("pdb".into(), e))?;
+                Ok(p.status
+                    .as_ref()
+                    .is_some_and(|s| s.current_healthy == 1 && s.observed_generation.is_some())
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let created: Created = Arc::default();
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        Some(logging_hook(&created, None)),
+        &[],
+    );
+    let mut a = package("1.0.0");
+    a.interrupt = interrupt(InterruptType::Service, &["containerd"]);
+    let mut b = package("1.0.0");
+    b.interrupt = interrupt(InterruptType::Service, &["kubelet"]);
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            pod_non_interrupt_labels: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("app".into(), "training".into())])),
+                match_expressions: None,
+            }),
+            packages: BTreeMap::from([("svca".to_owned(), a), ("svcb".to_owned(), b)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+
+    let cordoned = || {
+        let client = client.clone();
+        let node = node.clone();
+        let ns = ns.clone();
+        async move {
+            let n = get_node(&client, &node).await;
+            n.annotations().contains_key(&keys::cordon_key(&ns))
+                && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+        }
+    };
+    cluster
+        .wait_for("the node cordoned", BOUND, || {
+            let c = cordoned();
+            async move { Ok(c.await.then_some(())) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Held by the training pod: nothing evicted, no Job at all (the packages need a drained node).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .expect("jobs")
+            .items
+            .is_empty(),
+        "no Job while a podNonInterruptLabels pod runs"
+    );
+    let web = pods.get("web").await.expect("web still there");
+    assert!(
+        web.metadata.deletion_timestamp.is_none(),
+        "nothing evicted yet"
+    );
+
+    pods.delete("training", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("training pod deleted");
+    cluster
+        .wait_for("training pod gone", BOUND, || {
+            let pods = pods.clone();
+            async move {
+                Ok(pods
+                    .get_opt("training")
+                    .await
+                    .map_err(|e| cluster.kube_error("pod".into(), e))?
+                    .is_none()
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The PDB refuses the eviction of the only web pod: still no Job.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let web = pods.get("web").await.expect("web still there (PDB)");
+    assert!(
+        web.metadata.deletion_timestamp.is_none(),
+        "eviction refused by the PDB"
+    );
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .expect("jobs")
+            .items
+            .is_empty(),
+        "no Job before the node is drained"
+    );
+
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
+    )
+    .await
+    .expect("PDB relaxed");
+    wait_nodewright(cluster, &client, &ns, "complete", |nw| {
+        status_is(nw, Status::Complete)
+    })
+    .await;
+    assert!(
+        pods.get_opt("web").await.expect("get").is_none(),
+        "web evicted"
+    );
+    let interrupts: Vec<_> = created
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|(_, s, _)| s == "interrupt")
+        .cloned()
+        .collect();
+    assert_eq!(interrupts.len(), 1, "one merged interrupt: {interrupts:?}");
+    let n = get_node(&client, &node).await;
+    assert!(!n.annotations().contains_key(&keys::cordon_key(&ns)));
+    // Should another NodeWright hold a cordon here, the node rightly stays cordoned.
+    let others = n
+        .annotations()
+        .iter()
+        .any(|(k, v)| k.starts_with(&keys::cordon_key("")) && v == "true");
+    assert!(
+        others || n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true),
+        "uncordoned"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboot_with_reapply_on_reboot_applies_everything_again() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("reboot").await.expect("namespace");
+    // Not node 2: its drain would evict test (j)'s workload pods.
+    let node = cluster.node_names()[0].clone();
+    let created: Created = Arc::default();
+    // The first interrupt reboots the node (kwok changes its bootID); later ones just succeed.
+    let rebooted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fate: FateChooser = Arc::new(move |job: &Job| {
+        let interrupt =
+            job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("interrupt");
+        (interrupt && !rebooted.swap(true, std::sync::atomic::Ordering::SeqCst))
+            .then(|| PodFate::reboot().delay("1s"))
+    });
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        Some(logging_hook(&created, Some(fate))),
+        &[("REAPPLY_ON_REBOOT", "true")],
+    );
+    let before = get_node(&client, &node)
+        .await
+        .status
+        .and_then(|s| s.node_info)
+        .map(|i| i.boot_id)
+        .expect("boot ID");
+    let mut boot = package("1.0.0");
+    boot.interrupt = interrupt(InterruptType::Reboot, &[]);
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), boot)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_nodewright(cluster, &client, &ns, "complete after the reapply", |nw| {
+        status_is(nw, Status::Complete) && count(&created, "boot", "apply", &node) == 2
+    })
+    .await;
+    let after = get_node(&client, &node)
+        .await
+        .status
+        .and_then(|s| s.node_info)
+        .map(|i| i.boot_id)
+        .expect("boot ID");
+    assert_ne!(before, after, "the node rebooted");
+    assert_eq!(
+        nw.status.as_ref().and_then(|s| s.node_boot_ids.get(&node)),
+        Some(&after),
+        "the new boot ID is recorded"
+    );
+    assert_eq!(count(&created, "boot", "interrupt", &node), 2);
+    let state = state_of(&get_node(&client, &node).await, &ns).expect("state");
+    let r = state.get("boot", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state),
+        (Stage::PostInterrupt, Some(State::Complete))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_an_uninstall_installs_again() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("cancel").await.expect("namespace");
+    let node = cluster.node_names()[1].clone();
+    let created: Created = Arc::default();
+    // The uninstall hangs, so it is still running when it is cancelled.
+    let fate: FateChooser = Arc::new(|job: &Job| {
+        (job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("uninstall"))
+            .then(PodFate::hang)
+    });
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        Some(logging_hook(&created, Some(fate))),
+        &[],
+    );
+    let mut pkg = package("1.0.0");
+    pkg.uninstall = Some(Uninstall {
+        enabled: true,
+        apply: false,
+    });
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("pkg".to_owned(), pkg)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_nodewright(cluster, &client, &ns, "complete", |nw| {
+        status_is(nw, Status::Complete)
+    })
+    .await;
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"pkg": {"uninstall": {"enabled": true, "apply": true}}}}}),
+    )
+    .await;
+    wait_nodewright(cluster, &client, &ns, "UninstallInProgress", |nw| {
+        nw.status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "UninstallInProgress" && c.status == "True")
+    })
+    .await;
+    assert_eq!(count(&created, "pkg", "uninstall", &node), 1);
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"pkg": {"uninstall": {"enabled": true, "apply": false}}}}}),
+    )
+    .await;
+    let nw = wait_nodewright(cluster, &client, &ns, "installed again", |nw| {
+        status_is(nw, Status::Complete) && count(&created, "pkg", "apply", &node) == 2
+    })
+    .await;
+    assert!(
+        !nw.status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "UninstallInProgress"),
+        "the condition is gone"
+    );
+    let state = state_of(&get_node(&client, &node).await, &ns).expect("state");
+    let r = state.get("pkg", "1.0.0").expect("record");
+    assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
+    // The hanging uninstall Job was stopped.
+    let uninstalls = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}=uninstall", keys::STAGE_LABEL)))
+        .await
+        .expect("jobs")
+        .items;
+    assert!(
+        uninstalls
+            .iter()
+            .all(|j| j.metadata.deletion_timestamp.is_some()),
+        "{:?}",
+        uninstalls.iter().map(|j| j.name_any()).collect::<Vec<_>>()
+    );
+}
