@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -52,6 +52,11 @@ pub struct Context {
     pub job_config: JobConfig,
     /// Every node, trimmed of what the operator never reads.
     pub nodes: Store<Node>,
+    /// The operator's own pods (its namespace, labelled with a NodeWright name), fed by the outcome
+    /// controller's pod watch. Read for running Jobs, so a pod event costs no API call; a finished
+    /// Job's pods are listed live once, because its outcome must not be classified from a store
+    /// that may not have seen the last pod update yet.
+    pub pods: Store<Pod>,
     /// Cancelled when this replica stops leading: checked before every write.
     pub term: CancellationToken,
     /// Test hooks and scoping.

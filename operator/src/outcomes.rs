@@ -119,6 +119,23 @@ pub fn apply_record(
     changed
 }
 
+/// The pods of the Job with this uid in the pod store (running Jobs: a stale read only delays an
+/// `erroring` record until the next pod event).
+fn pods_of(store: &kube::runtime::reflector::Store<Pod>, uid: &str) -> Vec<Pod> {
+    store
+        .state()
+        .iter()
+        .filter(|pod| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("batch.kubernetes.io/controller-uid"))
+                .is_some_and(|v| v == uid)
+        })
+        .map(|pod| Pod::clone(pod))
+        .collect()
+}
+
 /// Reconciles one Job (and, through it, its pods).
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let span = info_span!("reconcile_job", job = %job.name_any());
@@ -156,13 +173,20 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     let name = job.name_any();
     let uid = job.metadata.uid.clone().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let pods = pods_api
-        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
-        .await
-        .map_err(ReconcileError::api(format!(
-            "listing the pods of Job {name}"
-        )))?
-        .items;
+    let pods = if crate::job_state::is_finished(job) {
+        // Once per Job: the outcome is classified from the apiserver's view of its pods.
+        pods_api
+            .list(
+                &ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
+            )
+            .await
+            .map_err(ReconcileError::api(format!(
+                "listing the pods of Job {name}"
+            )))?
+            .items
+    } else {
+        pods_of(&ctx.pods, &uid)
+    };
     let interrupt = is_interrupt_job(job);
     match classify_job(job, &pods) {
         JobOutcome::Running => {

@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector::reflector, watcher};
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use tokio::sync::{broadcast, watch};
@@ -130,11 +130,13 @@ pub async fn run_instrumented(
             break;
         }
         info!("leading: starting the reconcilers");
+        let (pod_store, pod_writer) = reflector::store::<Pod>();
         let ctx = Arc::new(Context {
             client: client.clone(),
             job_config: config.job_config(),
             config: config.clone(),
             nodes: node_store.clone(),
+            pods: pod_store,
             term: stop.clone(),
             options: options.clone(),
             events: crate::events::Events::new(client.clone(), &config.lease.identity),
@@ -148,7 +150,7 @@ pub async fn run_instrumented(
                 stop.clone(),
             ))
         });
-        run_term(ctx, node_tx.subscribe()).await;
+        run_term(ctx, node_tx.subscribe(), pod_writer).await;
         stop.cancel();
         if let Some(certs) = certs {
             match certs.await {
@@ -173,7 +175,11 @@ pub async fn run_instrumented(
 }
 
 /// The reconcilers of one term, until its token is cancelled.
-async fn run_term(ctx: Arc<Context>, node_triggers: broadcast::Receiver<()>) {
+async fn run_term(
+    ctx: Arc<Context>,
+    node_triggers: broadcast::Receiver<()>,
+    pod_writer: reflector::store::Writer<Pod>,
+) {
     let namespace = ctx.config.namespace.clone();
     let client = ctx.client.clone();
     let owned = watcher::Config::default().labels(keys::NAME_LABEL);
@@ -204,8 +210,19 @@ async fn run_term(ctx: Arc<Context>, node_triggers: broadcast::Receiver<()>) {
             }
         });
 
-    let outcomes = Controller::new(jobs, owned.clone())
-        .owns(Api::<Pod>::namespaced(client, &namespace), owned)
+    // The pod watch feeds both the outcome controller (pod events map to their Job) and the pod
+    // store the reconciler reads for running Jobs. Pods are trimmed of managedFields.
+    let pods = reflector(
+        pod_writer,
+        watcher(Api::<Pod>::namespaced(client, &namespace), owned.clone())
+            .default_backoff()
+            .modify(|pod| {
+                pod.metadata.managed_fields = None;
+            }),
+    )
+    .applied_objects();
+    let outcomes = Controller::new(jobs, owned)
+        .owns_stream(pods)
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
         .run(outcomes::reconcile, outcomes::error_policy, ctx.clone())
         .for_each(|result| async move {
