@@ -94,6 +94,17 @@ pub fn plan(
     // package is not ready for the interrupt either, so the interrupt waits for it (it would
     // otherwise run without that package and a second interrupt would follow).
     let mut package_pending = false;
+    // `spec.serial`: one package at a time per node (upstream handles one package per reconcile).
+    // A package whose stage Job is running occupies the node; otherwise the first one to start does.
+    let mut serial_busy = nodewright.spec.serial
+        && graph::runnable(packages, state).into_iter().any(|name| {
+            packages.get(name).is_some_and(|package| {
+                matches!(next_step(name, package, state), Step::Run(stage)
+                    if jobs
+                        .get(&naming::package_job_name(nw, name, &package.version, stage, node))
+                        .is_some_and(|j| !is_finished(j)))
+            })
+        });
 
     for name in graph::runnable(packages, state) {
         let Some(package) = packages.get(name) else {
@@ -130,7 +141,9 @@ pub fn plan(
                 let job_name = naming::package_job_name(nw, name, &package.version, stage, node);
                 let at_stage = current.filter(|r| r.stage == stage);
                 match jobs.get(&job_name) {
+                    None if serial_busy => {}
                     None => {
+                        serial_busy = nodewright.spec.serial;
                         if at_stage.and_then(|r| r.state) != Some(State::InProgress)
                             && let Some(r) = record(name, nodewright, stage, State::InProgress)
                         {
@@ -440,6 +453,31 @@ mod tests {
         );
         assert!(p.state.get("c", "1.0.0").is_none());
         assert!(!p.cordon);
+    }
+
+    #[test]
+    fn serial_runs_one_package_at_a_time_on_a_node() {
+        let mut nw = nodewright(&[("a", package(&[], None)), ("b", package(&[], None))]);
+        nw.spec.serial = true;
+        let fresh = plan(
+            &nw,
+            "n1",
+            &NodeState::default(),
+            &JobIndex::default(),
+            false,
+        );
+        assert_eq!(creates(&fresh), vec![("a".into(), Stage::Apply)]);
+        assert!(fresh.state.get("b", "1.0.0").is_none(), "b is not started");
+        // a's Job runs: b still waits; once a moved on to its next stage, b is not blocked by a's
+        // finished Job.
+        let s = state(&[entry("a", Stage::Apply, State::InProgress)]);
+        let running = JobIndex::new([package_job("a", Stage::Apply, None, None)]);
+        assert!(plan(&nw, "n1", &s, &running, false).create.is_empty());
+        nw.spec.serial = false;
+        assert_eq!(
+            creates(&plan(&nw, "n1", &s, &running, false)),
+            vec![("b".into(), Stage::Apply)]
+        );
     }
 
     #[test]

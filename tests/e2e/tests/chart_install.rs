@@ -1,13 +1,16 @@
 //! The chart installed with helm into the local control plane, used as an administrator would:
 //! every object is created; the ServiceAccounts can do what their service needs and nothing more
-//! (`kubectl auth can-i`); the operator's certificate controller, running with the operator's
-//! ServiceAccount token and the chart's env, injects caBundle; the webhook binary, running locally
-//! with the webhook's token and the chart's env (URL clientConfig mode, 127.0.0.1), rejects an
-//! invalid NodeWright through the chart's webhook configurations; `helm upgrade` keeps admission
-//! working and rotates nothing; `helm uninstall` leaves nothing behind.
+//! (`kubectl auth can-i`); the operator binary, running locally with the operator's ServiceAccount
+//! token and exactly the env the chart's Deployment renders (self-managed certificates), injects
+//! caBundle and rolls a NodeWright out to every node; the webhook binary, running locally with the
+//! webhook's token and the chart's env (URL clientConfig mode, 127.0.0.1), admits it (defaulted)
+//! and rejects an invalid NodeWright through the chart's webhook configurations; neither is ever
+//! forbidden anything; `helm upgrade` keeps admission working and rotates nothing; deleting the
+//! NodeWright while the operator runs cleans it up through its finalizer (as chart/README.md asks
+//! before uninstalling), and `helm uninstall` then leaves nothing behind.
 //!
-//! No container runs in this cluster, so the services are the local binaries (the webhook) and the
-//! controller module compiled into this test (the operator's certificate controller).
+//! No container runs in this cluster, so the services are the local binaries; kwok plays the
+//! operator's Jobs' pods to success.
 
 mod chart_support;
 
@@ -20,11 +23,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use nodewright_e2e::{Cluster, ClusterOptions};
-use nodewright_operator::webhook_certs::{self, Settings};
+use nodewright_operator::webhook_certs;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 const REL: &str = "nw";
 
@@ -80,17 +81,19 @@ async fn token_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, dir: &Path) -> 
     path
 }
 
-async fn client_from(path: &Path) -> kube::Client {
-    let kubeconfig = Kubeconfig::read_from(path).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("client config");
-    kube::Client::try_from(config).expect("client")
-}
-
 /// Builds the webhook binary into this test's target directory (a no-op when it is current).
 fn webhook_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("NODEWRIGHT_WEBHOOK_BIN") {
+    built_binary("NODEWRIGHT_WEBHOOK_BIN", "nodewright-webhook")
+}
+
+/// Builds the operator binary into this test's target directory (a no-op when it is current).
+fn operator_binary() -> PathBuf {
+    built_binary("NODEWRIGHT_OPERATOR_BIN", "nodewright-operator")
+}
+
+/// `$override_var`, else `cargo build -p <name> --bin <name>` into this test's target directory.
+fn built_binary(override_var: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(override_var) {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("test executable");
@@ -103,19 +106,68 @@ fn webhook_binary() -> PathBuf {
     let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = std::process::Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "nodewright-webhook",
-            "--bin",
-            "nodewright-webhook",
-        ])
+        .args(["build", "-p", name, "--bin", name])
         .env("CARGO_TARGET_DIR", &target_dir)
         .current_dir(repo_dir())
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "building nodewright-webhook failed");
-    profile_dir.join("nodewright-webhook")
+    assert!(status.success(), "building {name} failed");
+    profile_dir.join(name)
+}
+
+/// A spawned service whose output goes to a log file.
+fn spawn_logged(mut command: tokio::process::Command, log: &Path) -> tokio::process::Child {
+    let log_file = std::fs::File::create(log).expect("log");
+    command
+        .stdout(Stdio::from(log_file.try_clone().expect("clone")))
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("service starts")
+}
+
+/// Lines of a service log that report an authorisation failure.
+fn forbidden_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("forbidden") || (l.contains("cannot ") && l.contains("serviceaccount"))
+        })
+        .collect()
+}
+
+/// The NodeWright-related metadata the operator may write on a node: annotations and labels under
+/// `nodewright.nvidia.com/`, taints, and `spec.unschedulable`.
+async fn node_marks(cluster: &Cluster) -> Vec<String> {
+    let nodes: Value = serde_json::from_str(
+        &cluster
+            .kubectl(&["get", "nodes", "-o", "json"])
+            .await
+            .expect("get nodes"),
+    )
+    .expect("nodes json");
+    let mut marks = Vec::new();
+    for node in nodes["items"].as_array().expect("items") {
+        let name = node["metadata"]["name"].as_str().unwrap_or_default();
+        for field in ["annotations", "labels"] {
+            if let Some(map) = node["metadata"][field].as_object() {
+                for (k, v) in map {
+                    if k.starts_with("nodewright.nvidia.com/") {
+                        marks.push(format!("{name} {field} {k}={v}"));
+                    }
+                }
+            }
+        }
+        if let Some(taints) = node["spec"]["taints"].as_array() {
+            for t in taints {
+                marks.push(format!("{name} taint {t}"));
+            }
+        }
+        if node["spec"]["unschedulable"].as_bool() == Some(true) {
+            marks.push(format!("{name} unschedulable"));
+        }
+    }
+    marks
 }
 
 /// Kubernetes objects of a manifest as (kind, namespace, name).
@@ -165,15 +217,24 @@ async fn bundles(client: &kube::Client, name: &str) -> Vec<String> {
     m.bundles().chain(v.bundles()).collect()
 }
 
+/// Two packages, `tool` depending on `base`, on the kwok nodes.
 const VALID: &str = r#"apiVersion: nodewright.nvidia.com/v1alpha1
 kind: NodeWright
 metadata:
   name: chart-valid
 spec:
+  nodeSelectors:
+    matchLabels:
+      type: kwok
   packages:
+    base:
+      version: 1.0.0
+      image: ghcr.io/example/base
     tool:
       version: 1.0.0
       image: ghcr.io/example/tool
+      dependsOn:
+        base: 1.0.0
 "#;
 
 #[tokio::test]
@@ -212,7 +273,7 @@ async fn install_admit_upgrade_uninstall() {
             .expect("manifest"),
     );
     let objs = objects(&manifest);
-    assert_eq!(objs.len(), 24, "{objs:?}");
+    assert_eq!(objs.len(), 25, "{objs:?}");
     for (kind, obj_ns, name) in &objs {
         assert!(
             exists(&cluster, kind, obj_ns.as_deref(), name).await,
@@ -479,35 +540,47 @@ async fn install_admit_upgrade_uninstall() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
-    // The operator's certificate controller with the operator's token and the chart's env.
+    // The operator binary with the operator's token and exactly the chart's env (the defaults
+    // ConfigMap through envFrom, then the container's env); only what the kubelet would fill in
+    // (fieldRefs) and the listen addresses (free local ports) are supplied here.
+    let nodes_before = node_marks(&cluster).await;
     let op_kubeconfig = token_kubeconfig(&cluster, &ns, op_sa, work.path()).await;
-    let op_client = client_from(&op_kubeconfig).await;
     let operator = find(&manifest, "Deployment", "nw-nodewright-operator");
+    let defaults = find(&manifest, "ConfigMap", "nw-nodewright-defaults");
     let op_container = container(operator).clone();
-    let settings = Settings::from_lookup(|var| {
-        if var == "NAMESPACE" {
-            Some(ns.clone())
-        } else {
-            env_value(&op_container, var)
-        }
-    })
-    .expect("the chart's env is valid")
-    .expect("self-managed mode turns the controller on");
+    assert_eq!(
+        env_value(&op_container, "WEBHOOK_CERTS_MANAGED").as_deref(),
+        Some("true"),
+        "self-managed mode turns the certificate controller on"
+    );
     assert!(
-        settings.names().contains(&"127.0.0.1".to_owned()),
+        env_value(&op_container, "WEBHOOK_EXTRA_NAMES")
+            .is_some_and(|n| n.split(',').any(|n| n == "127.0.0.1")),
         "URL host in the names"
     );
-    // One pass first, so a permission problem fails here with the API's message.
-    let outcome = webhook_certs::reconcile_once(op_client.clone(), &settings)
-        .await
-        .expect("the controller works with the operator's permissions");
-    assert!(outcome.writes >= 1, "{outcome:?}");
-    let term = CancellationToken::new();
-    let controller = tokio::spawn(webhook_certs::run(
-        op_client,
-        settings.clone(),
-        term.clone(),
-    ));
+    let mut command = tokio::process::Command::new(operator_binary());
+    command.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    for (k, v) in defaults["data"].as_object().expect("defaults data") {
+        command.env(k, v.as_str().unwrap_or_default());
+    }
+    for (name, value) in env(&op_container) {
+        match (name.as_str(), value) {
+            ("NAMESPACE", _) => command.env(&name, &ns),
+            ("POD_NAME", _) => command.env(&name, "nw-nodewright-operator-0"),
+            ("METRICS_LISTEN" | "PROBE_LISTEN", _) => {
+                command.env(&name, format!("127.0.0.1:{}", free_port()))
+            }
+            (_, Some(value)) => command.env(&name, value),
+            (_, None) => panic!("operator env {name} has no value and no known fieldRef"),
+        };
+    }
+    command.env("KUBECONFIG", &op_kubeconfig);
+    let op_log = work.path().join("operator.log");
+    let mut operator = spawn_logged(command, &op_log);
+    let operator_log = || std::fs::read_to_string(&op_log).unwrap_or_default();
     let injected = cluster
         .wait_for("caBundle injected", Duration::from_secs(60), || async {
             let b = bundles(&admin, &config_name).await;
@@ -520,7 +593,8 @@ async fn install_admit_upgrade_uninstall() {
     let injected = match injected {
         Ok(b) => b,
         Err(e) => panic!(
-            "{e}\n{}",
+            "{e}\noperator log:\n{}\n{}",
+            operator_log(),
             cluster
                 .kubectl(&[
                     "get",
@@ -536,9 +610,7 @@ async fn install_admit_upgrade_uninstall() {
     // The webhook binary with the webhook's token and the chart's env.
     let wh_kubeconfig = token_kubeconfig(&cluster, &ns, wh_sa, work.path()).await;
     let webhook = find(&manifest, "Deployment", "nw-nodewright-webhook");
-    let defaults = find(&manifest, "ConfigMap", "nw-nodewright-defaults");
     let log = work.path().join("webhook.log");
-    let log_file = std::fs::File::create(&log).expect("log");
     let mut command = tokio::process::Command::new(webhook_binary());
     for (name, value) in env(container(webhook)) {
         if let Some(value) = value {
@@ -548,19 +620,15 @@ async fn install_admit_upgrade_uninstall() {
     for (k, v) in defaults["data"].as_object().expect("defaults data") {
         command.env(k, v.as_str().unwrap_or_default());
     }
-    let _webhook = command
+    command
         .env("KUBECONFIG", &wh_kubeconfig)
         .env("WEBHOOK_LISTEN", format!("127.0.0.1:{port}"))
         .env(
             "WEBHOOK_METRICS_LISTEN",
             format!("127.0.0.1:{}", free_port()),
         )
-        .env("LOG_FORMAT", "text")
-        .stdout(Stdio::from(log_file.try_clone().expect("clone")))
-        .stderr(Stdio::from(log_file))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("webhook starts");
+        .env("LOG_FORMAT", "text");
+    let webhook = spawn_logged(command, &log);
     let webhook_log = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let valid = work.path().join("valid.yaml");
@@ -590,6 +658,58 @@ async fn install_admit_upgrade_uninstall() {
         defaulted, "1h",
         "the mutating webhook filled the chart's default"
     );
+
+    // The operator rolls it out to every node: base, then tool, as Jobs kwok plays to success.
+    let nodes = cluster.node_names().len();
+    let complete = cluster
+        .wait_for(
+            "NodeWright complete on every node",
+            Duration::from_secs(240),
+            || async {
+                let status = cluster
+                    .kubectl(&[
+                        "get",
+                        "nw",
+                        "chart-valid",
+                        "-o",
+                        "jsonpath={.status.status} {.status.completeNodes}",
+                    ])
+                    .await
+                    .unwrap_or_default();
+                Ok((status == format!("complete {nodes}/{nodes}")).then_some(()))
+            },
+        )
+        .await;
+    if let Err(e) = complete {
+        panic!(
+            "{e}\n{}\noperator log:\n{}",
+            cluster
+                .kubectl(&["get", "nw", "chart-valid", "-o", "yaml"])
+                .await
+                .unwrap_or_default(),
+            operator_log()
+        );
+    }
+    let states = cluster
+        .kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.annotations.nodewright\\.nvidia\\.com/nodeState_chart-valid}{\"\\n\"}{end}",
+        ])
+        .await
+        .expect("node states");
+    let states: Vec<&str> = states.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(states.len(), nodes, "a node state per node: {states:?}");
+    for state in &states {
+        let state: Value = serde_json::from_str(state).expect("node state json");
+        for package in ["base", "tool"] {
+            assert!(
+                state.to_string().contains(package),
+                "{package} recorded on the node: {state}"
+            );
+        }
+    }
     let rejected = |what: &'static str| {
         let invalid = invalid.clone();
         let cluster = &cluster;
@@ -652,18 +772,66 @@ async fn install_admit_upgrade_uninstall() {
         .await
         .expect("valid still admitted");
 
-    // Uninstall: the services stop first (as their pods would), then nothing is left.
-    term.cancel();
-    tokio::time::timeout(Duration::from_secs(10), controller)
-        .await
-        .expect("controller stops")
-        .expect("task")
-        .expect("controller returns Ok");
-    drop(_webhook);
+    // Uninstall as chart/README.md says: NodeWrights first, in the foreground and while the
+    // operator still runs, so its finalizer cleans their nodes and the garbage collector deletes
+    // their Jobs and ConfigMaps (owner references) before they are gone; then the services stop
+    // (as their pods would, SIGTERM) and `helm uninstall`.
     cluster
-        .kubectl(&["delete", "nw", "chart-valid", "--wait=true"])
+        .kubectl(&[
+            "delete",
+            "nw",
+            "chart-valid",
+            "--cascade=foreground",
+            "--wait=true",
+            "--timeout=120s",
+        ])
         .await
-        .expect("delete NodeWright");
+        .unwrap_or_else(|e| {
+            panic!(
+                "the operator removes its finalizer: {e}\noperator log:\n{}",
+                operator_log()
+            )
+        });
+    let owned = cluster
+        .kubectl(&["get", "jobs,configmaps", "-n", &ns, "-o", "name"])
+        .await
+        .expect("list");
+    let owned: Vec<&str> = owned
+        .lines()
+        .filter(|l| *l != "configmap/kube-root-ca.crt" && !l.contains("nw-nodewright"))
+        .collect();
+    assert!(
+        owned.is_empty(),
+        "the NodeWright's Jobs and ConfigMaps went with it: {owned:?}"
+    );
+    let pid = operator.id().expect("operator pid");
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(killed.success());
+    let stopped = tokio::time::timeout(Duration::from_secs(60), operator.wait())
+        .await
+        .expect("the operator stops after SIGTERM")
+        .expect("exit status");
+    assert_eq!(stopped.code(), Some(0), "graceful stop\n{}", operator_log());
+    drop(webhook);
+    assert!(
+        operator_log().contains("removed finalizer"),
+        "the operator logged its work (so the RBAC check below reads a real log):\n{}",
+        operator_log()
+    );
+    let forbidden: Vec<String> = forbidden_lines(&operator_log())
+        .into_iter()
+        .chain(forbidden_lines(&webhook_log()))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "the chart's RBAC refused the services something:\n{}",
+        forbidden.join("\n")
+    );
     cluster
         .helm(&["uninstall", REL, "-n", &ns, "--wait", "--timeout=120s"])
         .await
@@ -680,22 +848,54 @@ async fn install_admit_upgrade_uninstall() {
             .await;
         assert!(gone.is_ok(), "{kind} {name} left behind");
     }
+    // Nothing in the release namespace but what Kubernetes itself puts in every namespace: neither
+    // the chart's objects nor what the operator created (Jobs, their pods, ConfigMaps, the Lease).
     let leftovers = cluster
-        .kubectl(&[
-            "get",
-            "deploy,svc,sa,cm,secret,role,rolebinding,pdb,limitrange,hpa,lease,job",
-            "-n",
-            &ns,
-            "-o",
-            "name",
-        ])
-        .await
-        .expect("list");
-    let ours: Vec<&str> = leftovers
-        .lines()
-        .filter(|l| l.contains("nw-nodewright") || l.contains("nodewright"))
-        .collect();
-    assert!(ours.is_empty(), "left behind: {ours:?}");
+        .wait_for(
+            "the release namespace emptied",
+            Duration::from_secs(60),
+            || async {
+                let names = cluster
+                    .kubectl(&[
+                        "get",
+                        "deploy,rs,pod,svc,sa,cm,secret,role,rolebinding,pdb,limitrange,hpa,lease,job",
+                        "-n",
+                        &ns,
+                        "-o",
+                        "name",
+                    ])
+                    .await
+                    .expect("list");
+                let left: Vec<String> = names
+                    .lines()
+                    .filter(|l| {
+                        !matches!(
+                            *l,
+                            "serviceaccount/default" | "configmap/kube-root-ca.crt"
+                        )
+                    })
+                    .map(str::to_owned)
+                    .collect();
+                Ok(left.is_empty().then_some(()))
+            },
+        )
+        .await;
+    assert!(
+        leftovers.is_ok(),
+        "left behind in {ns}: {}",
+        cluster
+            .kubectl(&["get", "all,cm,secret,lease,role,rolebinding,sa", "-n", &ns])
+            .await
+            .unwrap_or_default()
+    );
+    // The nodes carry what they carried before the operator ran, but for the node state record
+    // the finalizer keeps by design (what is installed there; chart/README.md).
+    let record = "annotations nodewright.nvidia.com/nodeState_chart-valid=";
+    let nodes_after = node_marks(&cluster).await;
+    let (records, rest): (Vec<String>, Vec<String>) =
+        nodes_after.into_iter().partition(|m| m.contains(record));
+    assert_eq!(rest, nodes_before, "the operator's marks left on nodes");
+    assert_eq!(records.len(), nodes, "{records:?}");
     let cluster_wide = cluster
         .kubectl(&[
             "get",

@@ -68,6 +68,7 @@ fn default_render_has_every_object_with_release_scoped_names() {
         ("ConfigMap", 1),
         ("CustomResourceDefinition", 2),
         ("Deployment", 2),
+        ("Lease", 1),
         ("LimitRange", 1),
         ("MutatingWebhookConfiguration", 1),
         ("PodDisruptionBudget", 2),
