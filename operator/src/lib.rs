@@ -34,6 +34,7 @@ pub mod jobs;
 pub mod leader;
 pub mod metrics;
 pub mod naming;
+pub mod node_conditions;
 pub mod node_patch;
 pub mod nodes;
 pub mod outcome;

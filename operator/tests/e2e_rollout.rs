@@ -323,8 +323,61 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
             .any(|c| c.type_ == "Ready" && c.status == "True"),
         "{status:?}"
     );
+    for (type_, message) in [
+        ("TaintNotTolerable", "All nodes have tolerable taints."),
+        ("NodesIgnored", "No nodes have ignore label set."),
+    ] {
+        assert!(
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.status == "False" && c.message == message),
+            "{type_}: {status:?}"
+        );
+    }
     assert_eq!(status.node_state.len(), 3);
     assert!(nw.finalizers().iter().any(|f| f == keys::FINALIZER));
+    // Every node says, in its own conditions, that this NodeWright is done there and nothing fails.
+    let nw_name = nw.name_any();
+    for node in fixture_nodes(cluster) {
+        let node_api: Api<Node> = Api::all(client.clone());
+        let conditions = cluster
+            .wait_for(
+                &format!("NodeWright conditions on {node}"),
+                BOUND,
+                || async {
+                    let n = node_api
+                        .get(&node)
+                        .await
+                        .map_err(|e| cluster.kube_error(format!("get node {node}"), e))?;
+                    let mine: Vec<(String, String, String)> = n
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|c| {
+                            c.type_
+                                .starts_with(&format!("nodewright.nvidia.com/{nw_name}/"))
+                        })
+                        .map(|c| (c.type_, c.status, c.reason.unwrap_or_default()))
+                        .collect();
+                    Ok(
+                        (mine.len() == 2 && mine.iter().all(|(_, s, _)| s == "False"))
+                            .then_some(mine),
+                    )
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            conditions.contains(&(
+                format!("nodewright.nvidia.com/{nw_name}/NotReady"),
+                "False".into(),
+                "Complete".into()
+            )),
+            "{node}: {conditions:?}"
+        );
+    }
 
     let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
     let jobs = jobs_api

@@ -93,6 +93,7 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
                 Err(e) => return Err(e.into()),
             }
         }
+        crate::node_conditions::remove(ctx, &cached, &name).await?;
     }
     let index = nodewright
         .finalizers()

@@ -52,7 +52,7 @@ use crate::state_metrics::{self, Outcome};
 
 use self::budget::{Slot, admit};
 use self::node_work::{parse_state, reread, status_edit};
-use self::selection::{NodeSelection, blocker, selection_tolerations};
+use self::selection::{Blocker, NodeSelection, blocker, selection_tolerations};
 use self::status::{NodeFacts, StatusInput, any_erroring, node_status};
 
 /// The annotation value that turns pause or disable on.
@@ -232,9 +232,16 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
 
     let tolerations = selection_tolerations(&nw, &ctx.job_config.runtime_required_taint);
     let mut rows: BTreeMap<String, NodeRow> = BTreeMap::new();
+    let (mut ignored, mut untolerated) = (Vec::new(), Vec::new());
     for node in &nodes {
         let state = parse_state(node, &name);
-        let blocked = state.is_none() || blocker(node, &tolerations).is_some();
+        let reason = blocker(node, &tolerations);
+        match &reason {
+            Some(Blocker::Ignored) => ignored.push(node.name_any()),
+            Some(Blocker::Taints(_)) => untolerated.push(node.name_any()),
+            None => {}
+        }
+        let blocked = state.is_none() || reason.is_some();
         let (complete, timed_out) = match &state {
             Some(s) => (
                 graph::all_done(&nw.spec.packages, s),
@@ -429,6 +436,20 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         }
     }
 
+    // Node conditions `nodewright.nvidia.com/<nw>/{NotReady,Erroring}` (written only on a change).
+    for (node_name, (state, node_status)) in &results {
+        let (Some(row), Some(state)) = (rows.get(node_name), state) else {
+            continue;
+        };
+        let complete = *node_status == Status::Complete;
+        let erroring = *node_status == Status::Erroring || any_erroring(&nw, state);
+        if let Err(e) =
+            crate::node_conditions::sync(ctx, &row.node, &name, complete, erroring).await
+        {
+            first_error.get_or_insert(e);
+        }
+    }
+
     let mut status = status::build(
         &nw,
         StatusInput {
@@ -439,6 +460,14 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             paused,
             disabled,
             missing_policy,
+            ignored: {
+                ignored.sort();
+                ignored
+            },
+            untolerated: {
+                untolerated.sort();
+                untolerated
+            },
         },
         now,
     );

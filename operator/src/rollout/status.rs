@@ -106,6 +106,19 @@ pub struct StatusInput {
     pub disabled: bool,
     /// `spec.deploymentPolicy` names a policy that does not exist.
     pub missing_policy: Option<String>,
+    /// Selected nodes carrying the ignore label (sorted).
+    pub ignored: Vec<String>,
+    /// Selected nodes with a taint the NodeWright does not tolerate (sorted).
+    pub untolerated: Vec<String>,
+}
+
+/// Upstream's message for a list of skipped nodes: the names up to 10, a count beyond.
+fn skipped_nodes(nodes: &[String], what: &str) -> String {
+    if nodes.len() > 10 {
+        format!("{} nodes have {what}. Skipping.", nodes.len())
+    } else {
+        format!("Node [{}] has {what}. Skipping.", nodes.join(", "))
+    }
 }
 
 fn condition(
@@ -199,8 +212,41 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
             now,
         ));
     }
+    // Always present, True or False, so `kubectl wait --for=condition=...` works both ways.
+    conditions.push(condition(
+        &old.conditions,
+        "TaintNotTolerable",
+        !input.untolerated.is_empty(),
+        "TaintNotTolerable",
+        if input.untolerated.is_empty() {
+            "All nodes have tolerable taints.".to_owned()
+        } else {
+            skipped_nodes(&input.untolerated, "taints that are not tolerable")
+        },
+        generation,
+        now,
+    ));
+    conditions.push(condition(
+        &old.conditions,
+        "NodesIgnored",
+        !input.ignored.is_empty(),
+        "NodesIgnored",
+        if input.ignored.is_empty() {
+            "No nodes have ignore label set.".to_owned()
+        } else {
+            skipped_nodes(&input.ignored, "ignore label set")
+        },
+        generation,
+        now,
+    ));
     // Conditions other writers own (none yet) and ours are disjoint; keep unknown ones as they are.
-    let ours = ["Ready", "DeploymentPolicyNotFound", "NodeStateMalformed"];
+    let ours = [
+        "Ready",
+        "DeploymentPolicyNotFound",
+        "NodeStateMalformed",
+        "TaintNotTolerable",
+        "NodesIgnored",
+    ];
     conditions.extend(
         old.conditions
             .iter()
@@ -341,5 +387,67 @@ mod tests {
         );
         assert!(!ready(&s));
         assert_eq!(s.status, Some(Status::Blocked));
+    }
+
+    #[test]
+    fn taint_and_ignore_conditions_name_the_skipped_nodes() {
+        let nw = NodeWright::new("nw", NodeWrightSpec::default());
+        let now = Timestamp::UNIX_EPOCH;
+        let find = |s: &NodeWrightStatus, t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| (c.status.clone(), c.message.clone()))
+        };
+        let s = build(&nw, StatusInput::default(), now);
+        assert_eq!(
+            find(&s, "TaintNotTolerable"),
+            Some(("False".into(), "All nodes have tolerable taints.".into()))
+        );
+        assert_eq!(
+            find(&s, "NodesIgnored"),
+            Some(("False".into(), "No nodes have ignore label set.".into()))
+        );
+        let many: Vec<String> = (0..11).map(|i| format!("n{i}")).collect();
+        let s = build(
+            &nw,
+            StatusInput {
+                untolerated: vec!["a".into(), "b".into()],
+                ignored: many,
+                ..StatusInput::default()
+            },
+            now,
+        );
+        assert_eq!(
+            find(&s, "TaintNotTolerable"),
+            Some((
+                "True".into(),
+                "Node [a, b] has taints that are not tolerable. Skipping.".into()
+            ))
+        );
+        assert_eq!(
+            find(&s, "NodesIgnored"),
+            Some((
+                "True".into(),
+                "11 nodes have ignore label set. Skipping.".into()
+            ))
+        );
+        // Rebuilding from its own output keeps one condition of each type.
+        let again = build(
+            &NodeWright {
+                status: Some(s.clone()),
+                ..nw.clone()
+            },
+            StatusInput::default(),
+            now,
+        );
+        assert_eq!(
+            again
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == "NodesIgnored")
+                .count(),
+            1
+        );
     }
 }

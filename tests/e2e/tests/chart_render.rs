@@ -513,6 +513,7 @@ fn rbac_is_least_privilege() {
         grants(rules, "nodes"),
         set(&["get", "list", "watch", "patch"])
     );
+    assert_eq!(grants(rules, "nodes/status"), set(&["patch"]));
     assert_eq!(
         grants(rules, "pods"),
         set(&["list"]),

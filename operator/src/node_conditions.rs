@@ -1,0 +1,203 @@
+//! The per-NodeWright node conditions (upstream-operator.md §6.4, renamed), so `kubectl describe
+//! node` says which NodeWright is not done on the node and whether a package there is failing:
+//! - `nodewright.nvidia.com/<nw>/NotReady`: True (`Incomplete`) until the node is complete for the
+//!   NodeWright, then False (`Complete`);
+//! - `nodewright.nvidia.com/<nw>/Erroring`: True (`Package(s) Erroring or Unknown`) while a package
+//!   record on the node is erroring or unknown, else False (`Not Erroring`).
+//!
+//! They live in `node.status.conditions` and are written with a strategic-merge status patch keyed
+//! by condition type, so the kubelet's own conditions are never touched. A condition is rewritten
+//! only when its status or reason changes (its transition time then moves), so a steady fleet sends
+//! nothing; the finalizer removes both.
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use nodewright_shared::keys::GROUP;
+use serde_json::{Value, json};
+
+use crate::context::Context;
+use crate::error::ReconcileError;
+
+/// `nodewright.nvidia.com/<nw>/NotReady`.
+pub fn not_ready_type(nodewright: &str) -> String {
+    format!("{GROUP}/{nodewright}/NotReady")
+}
+
+/// `nodewright.nvidia.com/<nw>/Erroring`.
+pub fn erroring_type(nodewright: &str) -> String {
+    format!("{GROUP}/{nodewright}/Erroring")
+}
+
+/// The two conditions the node should carry for this NodeWright.
+pub fn desired(
+    nodewright: &str,
+    complete: bool,
+    erroring: bool,
+    now: Timestamp,
+) -> [NodeCondition; 2] {
+    let condition = |type_: String, status: bool, reason: &str, message: String| NodeCondition {
+        type_,
+        status: if status { "True" } else { "False" }.to_owned(),
+        reason: Some(reason.to_owned()),
+        message: Some(message),
+        last_transition_time: Some(Time(now)),
+        last_heartbeat_time: Some(Time(now)),
+    };
+    [
+        condition(
+            not_ready_type(nodewright),
+            !complete,
+            if complete { "Complete" } else { "Incomplete" },
+            format!("NodeWright {nodewright} Ready"),
+        ),
+        condition(
+            erroring_type(nodewright),
+            erroring,
+            if erroring {
+                "Package(s) Erroring or Unknown"
+            } else {
+                "Not Erroring"
+            },
+            format!("Package Erroring or Unknown for {nodewright}"),
+        ),
+    ]
+}
+
+/// The conditions of `desired` that the node lacks or carries with another status or reason.
+pub fn changed<'a>(node: &Node, desired: &'a [NodeCondition]) -> Vec<&'a NodeCondition> {
+    let current = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    desired
+        .iter()
+        .filter(|want| {
+            !current.iter().any(|have| {
+                have.type_ == want.type_ && have.status == want.status && have.reason == want.reason
+            })
+        })
+        .collect()
+}
+
+/// Writes the node's conditions for this NodeWright when they changed. One status patch at most.
+pub async fn sync(
+    ctx: &Context,
+    node: &Node,
+    nodewright: &str,
+    complete: bool,
+    erroring: bool,
+) -> Result<(), ReconcileError> {
+    let want = desired(nodewright, complete, erroring, Timestamp::now());
+    let changed = changed(node, &want);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    let conditions: Vec<Value> = changed
+        .into_iter()
+        .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
+        .collect();
+    patch(ctx, node, json!({ "status": { "conditions": conditions } })).await
+}
+
+/// Removes both conditions (NodeWright deletion).
+pub async fn remove(ctx: &Context, node: &Node, nodewright: &str) -> Result<(), ReconcileError> {
+    let types = [not_ready_type(nodewright), erroring_type(nodewright)];
+    let present = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| types.contains(&c.type_));
+    if !present {
+        return Ok(());
+    }
+    if !ctx.leading() {
+        return Err(ReconcileError::TermEnded);
+    }
+    let deletions: Vec<Value> = types
+        .iter()
+        .map(|t| json!({ "type": t, "$patch": "delete" }))
+        .collect();
+    patch(ctx, node, json!({ "status": { "conditions": deletions } })).await
+}
+
+async fn patch(ctx: &Context, node: &Node, body: Value) -> Result<(), ReconcileError> {
+    let name = node.name_any();
+    Api::<Node>::all(ctx.client.clone())
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(body))
+        .await
+        .map_err(ReconcileError::api(format!(
+            "writing the NodeWright conditions of node {name}"
+        )))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Node, NodeStatus};
+
+    use super::*;
+
+    fn node_with(conditions: Vec<NodeCondition>) -> Node {
+        Node {
+            status: Some(NodeStatus {
+                conditions: Some(conditions),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn incomplete_then_complete_then_erroring() {
+        let now = Timestamp::UNIX_EPOCH;
+        let [not_ready, erroring] = desired("gpu", false, false, now);
+        assert_eq!(not_ready.type_, "nodewright.nvidia.com/gpu/NotReady");
+        assert_eq!(
+            (not_ready.status.as_str(), not_ready.reason.as_deref()),
+            ("True", Some("Incomplete"))
+        );
+        assert_eq!(
+            (erroring.status.as_str(), erroring.reason.as_deref()),
+            ("False", Some("Not Erroring"))
+        );
+        let [done, _] = desired("gpu", true, false, now);
+        assert_eq!(
+            (done.status.as_str(), done.reason.as_deref()),
+            ("False", Some("Complete"))
+        );
+        let [_, failing] = desired("gpu", false, true, now);
+        assert_eq!(failing.status, "True");
+    }
+
+    #[test]
+    fn only_changed_conditions_are_written() {
+        let now = Timestamp::UNIX_EPOCH;
+        let want = desired("gpu", false, false, now);
+        assert_eq!(
+            changed(&Node::default(), &want).len(),
+            2,
+            "a fresh node gets both"
+        );
+        // Same status and reason, other times: nothing to write.
+        let later = desired("gpu", false, false, Timestamp::now());
+        let node = node_with(later.to_vec());
+        assert!(changed(&node, &want).is_empty());
+        // The node completes: only NotReady changes.
+        let done = desired("gpu", true, false, now);
+        let diff = changed(&node, &done);
+        assert_eq!(diff.len(), 1);
+        assert_eq!(diff[0].type_, "nodewright.nvidia.com/gpu/NotReady");
+        // Another NodeWright's conditions are not ours.
+        let other = node_with(desired("cpu", true, false, now).to_vec());
+        assert_eq!(changed(&other, &done).len(), 2);
+    }
+}
