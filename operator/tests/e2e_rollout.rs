@@ -347,7 +347,7 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
                 BOUND,
                 || async {
                     let n = node_api
-                        .get(&node)
+                        .get(node)
                         .await
                         .map_err(|e| cluster.kube_error(format!("get node {node}"), e))?;
                     let mine: Vec<(String, String, String)> = n
