@@ -84,7 +84,14 @@ pub fn apply_record(
     match record {
         Record::Erroring(restarts) => {
             next.state = Some(State::Erroring);
-            next.restarts = restarts;
+            // The attempt count of one stage run only grows: a later reconcile may count fewer
+            // failed pods once the middle attempts were pruned as evidence (or from a lagging
+            // view), and must not lower what was recorded.
+            next.restarts = if current.state == Some(State::Erroring) {
+                restarts.max(current.restarts)
+            } else {
+                restarts
+            };
         }
         Record::Complete => next.state = Some(State::Complete),
     }
@@ -173,9 +180,13 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     let name = job.name_any();
     let uid = job.metadata.uid.clone().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let pods = if crate::job_state::is_finished(job) {
-        // Once per Job: the outcome is classified from the apiserver's view of its pods.
-        pods_api
+    // A running Job's pods come from the watch-fed store (no API call per pod event). Any decision
+    // beyond "still running" (Complete, Failed, FailureTarget...) is taken from a live list instead,
+    // once per Job: the store may not have seen the last pod update yet, and an outcome classified
+    // from a stale view would be recorded for good.
+    let mut pods = pods_of(&ctx.pods, &uid);
+    if !matches!(classify_job(job, &pods), JobOutcome::Running) {
+        pods = pods_api
             .list(
                 &ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
             )
@@ -183,10 +194,8 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
             .map_err(ReconcileError::api(format!(
                 "listing the pods of Job {name}"
             )))?
-            .items
-    } else {
-        pods_of(&ctx.pods, &uid)
-    };
+            .items;
+    }
     let interrupt = is_interrupt_job(job);
     match classify_job(job, &pods) {
         JobOutcome::Running => {
@@ -394,6 +403,21 @@ mod tests {
             Record::Erroring(3)
         ));
         assert_eq!(s.get("a", "1").and_then(|r| r.state), Some(State::Complete));
+    }
+
+    #[test]
+    fn the_recorded_attempt_count_never_goes_down() {
+        let mut s = NodeState::default();
+        s.upsert(entry("a", "1", Stage::Apply, State::InProgress));
+        let apply = job("a", "1", Stage::Apply);
+        assert!(apply_record(&mut s, &apply, false, Record::Erroring(3)));
+        // A later pass after the middle attempt was pruned counts 2 failed pods.
+        assert!(!apply_record(&mut s, &apply, false, Record::Erroring(2)));
+        assert_eq!(s.get("a", "1").map(|r| r.restarts), Some(3));
+        // A new run of the stage starts from a fresh in-progress record.
+        s.upsert(entry("a", "1", Stage::Apply, State::InProgress));
+        assert!(apply_record(&mut s, &apply, false, Record::Erroring(1)));
+        assert_eq!(s.get("a", "1").map(|r| r.restarts), Some(1));
     }
 
     #[test]
