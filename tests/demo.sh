@@ -123,10 +123,12 @@ last=""
 deadline=$(( $(date +%s) + 300 ))
 while :; do
   row="$(kubectl get nw gpu-host-setup --no-headers 2>/dev/null || true)"
-  if [[ "${row}" != "${last}" ]]; then
-    [[ -z "${last}" ]] && kubectl get nw gpu-host-setup 2>/dev/null | head -n 1
+  # A row is printed when something but its AGE column changed, as `kubectl get -w` would.
+  key="$(awk '{$NF=""; print}' <<<"${row}")"
+  if [[ "${key}" != "${last}" ]]; then
+    [[ -z "${last}" ]] && kubectl get nw gpu-host-setup 2>/dev/null | sed -n 1p
     echo "${row}"
-    last="${row}"
+    last="${key}"
   fi
   [[ "$(kubectl get nw gpu-host-setup -o jsonpath='{.status.status}' 2>/dev/null)" == "complete" ]] && break
   if (( $(date +%s) > deadline )); then
