@@ -25,9 +25,10 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
-use nodewright_operator::config::OperatorConfig;
-use nodewright_operator::{JobHook, RunOptions};
+use nodewright_e2e::{Cluster, PodFate};
+
+mod support;
+use nodewright_operator::JobHook;
 use nodewright_shared::api::{
     Interrupt, InterruptType, InterruptionBudget, NodeWright, NodeWrightSpec, Package, Status,
     Uninstall,
@@ -35,35 +36,13 @@ use nodewright_shared::api::{
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use support::{
+    BOUND, Operator, cluster, create_labelled_nodewright, on_nodes, operator_env, spawn_operator,
+};
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
-const BOUND: Duration = Duration::from_secs(240);
 /// Label that scopes each test's operator to its own NodeWright (distinct from e2e_rollout's).
 const SUITE_LABEL: &str = "nodewright.test/lifecycle";
-
-async fn cluster() -> &'static Cluster {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Cluster::shared(ClusterOptions::default())
-        .await
-        .expect("local control plane")
-}
-
-/// An in-process operator, stopped when dropped.
-struct Operator {
-    shutdown: CancellationToken,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
 
 fn start_operator(
     client: kube::Client,
@@ -72,35 +51,9 @@ fn start_operator(
     hook: Option<JobHook>,
     extra_env: &[(&'static str, &str)],
 ) -> Operator {
-    let mut env = BTreeMap::from([
-        ("NAMESPACE", namespace.to_owned()),
-        ("LEADER_ELECTION", "false".to_owned()),
-        ("POD_NAME", format!("operator-{suite}")),
-        ("JOB_BACKOFF_LIMIT", "3".to_owned()),
-        ("LOG_LEVEL", "info".to_owned()),
-        ("LOG_FORMAT", "text".to_owned()),
-    ]);
+    let mut env = operator_env(namespace, format!("operator-{suite}"), 3);
     env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
-        .expect("valid operator configuration");
-    nodewright_operator::telemetry::init(&config);
-    let options = RunOptions {
-        nodewright_selector: Some(format!("{SUITE_LABEL}={suite}")),
-        job_hook: hook,
-        readiness: None,
-        webhook_certs: None,
-    };
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = nodewright_operator::run(config, client, options, None, stop).await {
-            eprintln!("operator stopped with an error: {e}");
-        }
-    });
-    Operator {
-        shutdown,
-        task: Some(task),
-    }
+    spawn_operator(client, &env, format!("{SUITE_LABEL}={suite}"), hook, None)
 }
 
 fn package(version: &str) -> Package {
@@ -119,29 +72,7 @@ fn interrupt(kind: InterruptType, services: &[&str]) -> Option<Interrupt> {
 }
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
-    let spec = NodeWrightSpec {
-        priority: nodewright_shared::api::DEFAULT_PRIORITY,
-        ..spec
-    };
-    let mut nw = NodeWright::new(name, spec);
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), name.to_owned())]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("NodeWright created")
-}
-
-fn on_nodes(names: &[&str]) -> Option<LabelSelector> {
-    Some(LabelSelector {
-        match_labels: None,
-        match_expressions: Some(vec![
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                key: "kubernetes.io/hostname".into(),
-                operator: "In".into(),
-                values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
-            },
-        ]),
-    })
+    create_labelled_nodewright(client, SUITE_LABEL, name, spec).await
 }
 
 async fn patch_nodewright(client: &kube::Client, name: &str, patch: serde_json::Value) {

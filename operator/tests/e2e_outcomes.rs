@@ -20,67 +20,37 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
+use nodewright_e2e::{Cluster, PodFate};
+
+mod support;
+use nodewright_operator::JobHook;
 use nodewright_operator::admin::{Readiness, bind, router, serve};
-use nodewright_operator::config::OperatorConfig;
 use nodewright_operator::metrics::Metrics;
 use nodewright_operator::state_metrics::StateMetrics;
-use nodewright_operator::{JobHook, RunOptions};
 use nodewright_shared::api::{
     DeploymentPolicy, DeploymentPolicyOptions, NodeWright, NodeWrightSpec, Package, Status,
 };
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
+use support::{
+    BOUND, Operator, cluster, create_labelled_nodewright, fate_for, job_package, on_nodes,
+    operator_env, spawn_operator,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
-const BOUND: Duration = Duration::from_secs(240);
 /// Label that scopes each test's operator to its own NodeWright (distinct from the other suites).
 const SUITE_LABEL: &str = "nodewright.test/outcomes-suite";
-
-async fn cluster() -> &'static Cluster {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Cluster::shared(ClusterOptions::default())
-        .await
-        .expect("local control plane")
-}
-
-/// An in-process operator, stopped (gracefully) when dropped.
-struct Operator {
-    shutdown: CancellationToken,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Operator {
-    /// Kills it: the task is aborted mid-flight, nothing is released or finished.
-    async fn kill(mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = tokio::time::timeout(BOUND, task).await;
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
 
 fn start_operator(
     client: kube::Client,
@@ -89,36 +59,14 @@ fn start_operator(
     hook: Option<JobHook>,
     metrics: StateMetrics,
 ) -> Operator {
-    let env = BTreeMap::from([
-        ("NAMESPACE", namespace.to_owned()),
-        ("LEADER_ELECTION", "false".to_owned()),
-        ("POD_NAME", format!("operator-{namespace}")),
-        ("JOB_BACKOFF_LIMIT", backoff_limit.to_string()),
-        ("LOG_LEVEL", "info".to_owned()),
-        ("LOG_FORMAT", "text".to_owned()),
-    ]);
-    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
-        .expect("valid operator configuration");
-    nodewright_operator::telemetry::init(&config);
-    let options = RunOptions {
-        nodewright_selector: Some(format!("{SUITE_LABEL}={namespace}")),
-        job_hook: hook,
-        ..RunOptions::default()
-    };
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) =
-            nodewright_operator::run_instrumented(config, client, options, None, metrics, stop)
-                .await
-        {
-            eprintln!("operator stopped with an error: {e}");
-        }
-    });
-    Operator {
-        shutdown,
-        task: Some(task),
-    }
+    let env = operator_env(namespace, format!("operator-{namespace}"), backoff_limit);
+    spawn_operator(
+        client,
+        &env,
+        format!("{SUITE_LABEL}={namespace}"),
+        hook,
+        Some(metrics),
+    )
 }
 
 fn package(version: &str, deps: &[(&str, &str)]) -> Package {
@@ -134,30 +82,7 @@ fn package(version: &str, deps: &[(&str, &str)]) -> Package {
 }
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
-    // NodeWrightSpec::default() has priority 0, which the CRD rejects; the API default is 200.
-    let spec = NodeWrightSpec {
-        priority: nodewright_shared::api::DEFAULT_PRIORITY,
-        ..spec
-    };
-    let mut nw = NodeWright::new(name, spec);
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), name.to_owned())]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("NodeWright created")
-}
-
-fn on_nodes(names: &[&str]) -> Option<LabelSelector> {
-    Some(LabelSelector {
-        match_labels: None,
-        match_expressions: Some(vec![
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                key: "kubernetes.io/hostname".into(),
-                operator: "In".into(),
-                values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
-            },
-        ]),
-    })
+    create_labelled_nodewright(client, SUITE_LABEL, name, spec).await
 }
 
 async fn wait_status(
@@ -193,24 +118,8 @@ async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> Opti
         .map(|text| NodeState::parse(text).expect("node state parses"))
 }
 
-fn job_package(job: &Job) -> Option<String> {
-    job.labels().get(keys::PACKAGE_LABEL).cloned()
-}
-
 fn stage_of(job: &Job) -> Option<String> {
     job.labels().get(keys::STAGE_LABEL).cloned()
-}
-
-/// A hook that gives the pods of the `stage` Jobs of `package` `fate`.
-fn fate_for(package: &'static str, stage: &'static str, fate: PodFate) -> JobHook {
-    Arc::new(move |job: &mut Job| {
-        if job_package(job).is_some_and(|p| p.starts_with(&format!("{package}-")))
-            && stage_of(job).as_deref() == Some(stage)
-            && let Some(spec) = job.spec.as_mut()
-        {
-            fate.apply(spec.template.metadata.get_or_insert_with(Default::default));
-        }
-    })
 }
 
 fn condition(

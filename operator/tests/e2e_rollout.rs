@@ -22,25 +22,26 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
-use nodewright_operator::config::OperatorConfig;
-use nodewright_operator::{JobHook, RunOptions};
+use nodewright_e2e::{Cluster, PodFate};
+
+mod support;
+use nodewright_operator::JobHook;
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use support::{
+    BOUND, Operator, cluster, create_labelled_nodewright, fate_for, job_package, on_nodes,
+    operator_env, spawn_operator,
+};
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
-const BOUND: Duration = Duration::from_secs(240);
 /// Label that scopes each test's operator to its own NodeWright.
 const SUITE_LABEL: &str = "nodewright.test/suite";
 
@@ -84,41 +85,6 @@ async fn counting_client(cluster: &Cluster, count: Arc<AtomicUsize>) -> kube::Cl
         .build()
 }
 
-async fn cluster() -> &'static Cluster {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Cluster::shared(ClusterOptions::default())
-        .await
-        .expect("local control plane")
-}
-
-/// An in-process operator, stopped (gracefully) when dropped.
-struct Operator {
-    shutdown: CancellationToken,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Operator {
-    /// Stops gracefully: the reconcilers stop, then the Lease is released.
-    async fn stop(mut self) {
-        self.shutdown.cancel();
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(BOUND, task)
-                .await
-                .expect("the operator stops")
-                .expect("the operator task ends cleanly");
-        }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
 fn start_operator(
     client: kube::Client,
     namespace: &str,
@@ -138,46 +104,17 @@ fn start_replica(
     hook: Option<JobHook>,
     elect: Option<&str>,
 ) -> Operator {
-    let mut env = BTreeMap::from([
-        ("NAMESPACE", namespace.to_owned()),
-        ("LEADER_ELECTION", elect.is_some().to_string()),
-        (
-            "POD_NAME",
-            elect.map_or_else(|| format!("operator-{suite}"), str::to_owned),
-        ),
-        ("JOB_BACKOFF_LIMIT", backoff_limit.to_string()),
-        ("LOG_LEVEL", "info".to_owned()),
-        ("LOG_FORMAT", "text".to_owned()),
-    ]);
+    let pod_name = elect.map_or_else(|| format!("operator-{suite}"), str::to_owned);
+    let mut env = operator_env(namespace, pod_name, backoff_limit);
     if elect.is_some() {
         env.extend([
+            ("LEADER_ELECTION", "true".to_owned()),
             ("LEASE_DURATION", "6s".to_owned()),
             ("LEASE_RENEW_DEADLINE", "4s".to_owned()),
             ("LEASE_RETRY_PERIOD", "1s".to_owned()),
         ]);
     }
-    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
-        .expect("valid operator configuration");
-    // Operator logs go to the test's output (shown for a failing test).
-    nodewright_operator::telemetry::init(&config);
-    let options = RunOptions {
-        nodewright_selector: Some(format!("{SUITE_LABEL}={suite}")),
-        job_hook: hook,
-        readiness: None,
-        webhook_certs: None,
-    };
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    let task = tokio::spawn(async move {
-        // A failing operator shows up as the test's wait running out; its error is printed here.
-        if let Err(e) = nodewright_operator::run(config, client, options, None, stop).await {
-            eprintln!("operator stopped with an error: {e}");
-        }
-    });
-    Operator {
-        shutdown,
-        task: Some(task),
-    }
+    spawn_operator(client, &env, format!("{SUITE_LABEL}={suite}"), hook, None)
 }
 
 fn package(version: &str, deps: &[(&str, &str)]) -> Package {
@@ -193,35 +130,12 @@ fn package(version: &str, deps: &[(&str, &str)]) -> Package {
 }
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
-    // NodeWrightSpec::default() has priority 0, which the CRD rejects; the API default is 200.
-    let spec = NodeWrightSpec {
-        priority: nodewright_shared::api::DEFAULT_PRIORITY,
-        ..spec
-    };
-    let mut nw = NodeWright::new(name, spec);
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), name.to_owned())]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("NodeWright created")
+    create_labelled_nodewright(client, SUITE_LABEL, name, spec).await
 }
 
 /// The fixture's fake nodes.
 fn fixture_nodes(cluster: &Cluster) -> Vec<&str> {
     cluster.node_names().iter().map(String::as_str).collect()
-}
-
-fn on_nodes(names: &[&str]) -> Option<LabelSelector> {
-    Some(LabelSelector {
-        match_labels: None,
-        match_expressions: Some(vec![
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                key: "kubernetes.io/hostname".into(),
-                operator: "In".into(),
-                values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
-            },
-        ]),
-    })
 }
 
 async fn wait_status(
@@ -258,10 +172,6 @@ async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> Node
         .cloned()
         .unwrap_or_else(|| panic!("node {} has no state for {nodewright}", node.name_any()));
     NodeState::parse(&text).expect("node state parses")
-}
-
-fn job_package(job: &Job) -> Option<String> {
-    job.labels().get(keys::PACKAGE_LABEL).cloned()
 }
 
 fn condition_time(job: &Job, type_: &str) -> Option<k8s_openapi::jiff::Timestamp> {
@@ -534,17 +444,6 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
 }
 
 /// A hook that gives the pods of the `stage` Jobs of `package` `fate`.
-fn fate_for(package: &'static str, stage: &'static str, fate: PodFate) -> JobHook {
-    Arc::new(move |job: &mut Job| {
-        if job_package(job).is_some_and(|p| p.starts_with(&format!("{package}-")))
-            && job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some(stage)
-            && let Some(spec) = job.spec.as_mut()
-        {
-            fate.apply(spec.template.metadata.get_or_insert_with(Default::default));
-        }
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence() {
     let cluster = cluster().await;

@@ -1,0 +1,175 @@
+//! What the in-process operator suites (e2e_rollout, e2e_outcomes, e2e_lifecycle) share: the local
+//! control plane, an operator started in the test process and stopped when dropped, and NodeWrights
+//! scoped to one suite by a label so the suites can share the cluster.
+//!
+//! Each suite compiles this module on its own and uses part of it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
+use nodewright_operator::config::OperatorConfig;
+use nodewright_operator::state_metrics::StateMetrics;
+use nodewright_operator::{JobHook, RunOptions};
+use nodewright_shared::api::{NodeWright, NodeWrightSpec};
+use nodewright_shared::keys;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Upper bound of every wait (a bound, never a timing assertion).
+pub const BOUND: Duration = Duration::from_secs(240);
+
+/// The local control plane shared by the tests of one binary.
+pub async fn cluster() -> &'static Cluster {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Cluster::shared(ClusterOptions::default())
+        .await
+        .expect("local control plane")
+}
+
+/// An in-process operator, stopped when dropped.
+pub struct Operator {
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Stops gracefully: the reconcilers stop, then the Lease is released.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(BOUND, task)
+                .await
+                .expect("the operator stops")
+                .expect("the operator task ends cleanly");
+        }
+    }
+
+    /// Kills it: the task is aborted mid-flight, nothing is released or finished.
+    pub async fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = tokio::time::timeout(BOUND, task).await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The environment of a test operator without leader election: Jobs in `namespace`, the given
+/// backoff limit, text logs.
+pub fn operator_env(
+    namespace: &str,
+    pod_name: String,
+    backoff_limit: i32,
+) -> BTreeMap<&'static str, String> {
+    BTreeMap::from([
+        ("NAMESPACE", namespace.to_owned()),
+        ("LEADER_ELECTION", "false".to_owned()),
+        ("POD_NAME", pod_name),
+        ("JOB_BACKOFF_LIMIT", backoff_limit.to_string()),
+        ("LOG_LEVEL", "info".to_owned()),
+        ("LOG_FORMAT", "text".to_owned()),
+    ])
+}
+
+/// Starts an operator configured by `env` that reconciles only the NodeWrights matching
+/// `selector`, with `hook` applied to every Job it creates; `metrics` receive its state metrics.
+pub fn spawn_operator(
+    client: kube::Client,
+    env: &BTreeMap<&'static str, String>,
+    selector: String,
+    hook: Option<JobHook>,
+    metrics: Option<StateMetrics>,
+) -> Operator {
+    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
+        .expect("valid operator configuration");
+    // Operator logs go to the test's output (shown for a failing test).
+    nodewright_operator::telemetry::init(&config);
+    let options = RunOptions {
+        nodewright_selector: Some(selector),
+        job_hook: hook,
+        ..RunOptions::default()
+    };
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        // A failing operator shows up as the test's wait running out; its error is printed here.
+        let result = match metrics {
+            Some(metrics) => {
+                nodewright_operator::run_instrumented(config, client, options, None, metrics, stop)
+                    .await
+            }
+            None => nodewright_operator::run(config, client, options, None, stop).await,
+        };
+        if let Err(e) = result {
+            eprintln!("operator stopped with an error: {e}");
+        }
+    });
+    Operator {
+        shutdown,
+        task: Some(task),
+    }
+}
+
+/// Creates the NodeWright `name` labelled `suite_label=name`, so only its suite's operator sees it.
+pub async fn create_labelled_nodewright(
+    client: &kube::Client,
+    suite_label: &str,
+    name: &str,
+    spec: NodeWrightSpec,
+) -> NodeWright {
+    // NodeWrightSpec::default() has priority 0, which the CRD rejects; the API default is 200.
+    let spec = NodeWrightSpec {
+        priority: nodewright_shared::api::DEFAULT_PRIORITY,
+        ..spec
+    };
+    let mut nw = NodeWright::new(name, spec);
+    nw.metadata.labels = Some(BTreeMap::from([(suite_label.to_owned(), name.to_owned())]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created")
+}
+
+/// A node selector matching exactly the named nodes.
+pub fn on_nodes(names: &[&str]) -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: None,
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/hostname".into(),
+            operator: "In".into(),
+            values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+        }]),
+    })
+}
+
+/// The `<package>-<version>` label of a Job.
+pub fn job_package(job: &Job) -> Option<String> {
+    job.labels().get(keys::PACKAGE_LABEL).cloned()
+}
+
+/// A hook that gives the pods of the `stage` Jobs of `package` `fate`.
+pub fn fate_for(package: &'static str, stage: &'static str, fate: PodFate) -> JobHook {
+    Arc::new(move |job: &mut Job| {
+        if job_package(job).is_some_and(|p| p.starts_with(&format!("{package}-")))
+            && job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some(stage)
+            && let Some(spec) = job.spec.as_mut()
+        {
+            fate.apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    })
+}
