@@ -50,16 +50,6 @@ impl ApiMetrics {
             .inc();
     }
 
-    /// The count for one verb and resource (tests, benchmarks).
-    pub fn count(&self, verb: &'static str, resource: &str) -> u64 {
-        self.requests
-            .get_or_create(&RequestLabels {
-                verb,
-                resource: resource.to_owned(),
-            })
-            .get()
-    }
-
     /// A tower layer for [`kube::client::ClientBuilder::with_layer`].
     pub fn layer(&self) -> CountLayer {
         CountLayer {
