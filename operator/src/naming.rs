@@ -144,6 +144,29 @@ pub fn label_value(value: &str) -> String {
     hashed_label(MAX_LABEL_LEN, "label-value", &[value], &[value])
 }
 
+/// The node annotation `nodewright.nvidia.com/autoTaint_<taintKey>` that marks a node the operator
+/// tainted itself (upstream's key). A taint key may contain `/` or be long, which would make that an
+/// invalid annotation key; then the part after the prefix is `autoTaint_` and a sanitised, hashed
+/// rendering of the taint key, still one fixed key per taint key.
+pub fn auto_taint_annotation(taint_key: &str) -> String {
+    const WORD: &str = "autoTaint_";
+    let plain = format!("{WORD}{taint_key}");
+    let name = if is_label_value(&plain) {
+        plain
+    } else {
+        format!(
+            "{WORD}{}",
+            hashed_label(
+                MAX_LABEL_LEN - WORD.len(),
+                "auto-taint",
+                &[taint_key],
+                &[taint_key]
+            )
+        )
+    };
+    format!("{}{name}", nodewright_shared::keys::PREFIX)
+}
+
 /// `<pkg>-<ver>`, the `/package` label value (through [`label_value`]).
 pub fn package_label_value(package: &str, version: &str) -> String {
     label_value(&format!("{package}-{version}"))
@@ -268,6 +291,25 @@ mod tests {
         Stage::Upgrade,
         Stage::Uninstall,
     ];
+
+    #[test]
+    fn auto_taint_annotation_is_upstreams_key_or_a_valid_hashed_one() {
+        assert_eq!(
+            auto_taint_annotation("nodewright.nvidia.com"),
+            "nodewright.nvidia.com/autoTaint_nodewright.nvidia.com"
+        );
+        for key in ["example.com/runtime", &"k".repeat(80)] {
+            let a = auto_taint_annotation(key);
+            let name = a.strip_prefix("nodewright.nvidia.com/").expect("prefix");
+            assert!(name.starts_with("autoTaint_"), "{a}");
+            assert!(is_label_value(name), "{a}");
+            assert_eq!(a, auto_taint_annotation(key), "deterministic");
+        }
+        assert_ne!(
+            auto_taint_annotation("example.com/a"),
+            auto_taint_annotation("example.com-a")
+        );
+    }
 
     #[test]
     fn short_job_name_is_readable_and_hashed() {

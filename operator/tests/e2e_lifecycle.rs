@@ -25,7 +25,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nodewright_e2e::{Cluster, PodFate};
+use nodewright_e2e::PodFate;
 
 mod support;
 use nodewright_operator::JobHook;
@@ -38,6 +38,7 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_labelled_nodewright, on_nodes, operator_env, spawn_operator,
+    status_is, wait_nodewright,
 };
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
@@ -131,35 +132,6 @@ fn count(created: &Created, package: &str, stage: &str, node: &str) -> usize {
         .iter()
         .filter(|(p, s, n)| p.starts_with(&format!("{package}-")) && s == stage && n == node)
         .count()
-}
-
-/// Waits until `ready` holds on the NodeWright (and its status).
-async fn wait_nodewright(
-    cluster: &Cluster,
-    client: &kube::Client,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&NodeWright) -> bool,
-) -> NodeWright {
-    let api = Api::<NodeWright>::all(client.clone());
-    let ready = &ready;
-    cluster
-        .wait_for(&format!("NodeWright {name}: {what}"), BOUND, || {
-            let api = api.clone();
-            async move {
-                let nw = api
-                    .get(name)
-                    .await
-                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
-                Ok(ready(&nw).then_some(nw))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn status_is(nw: &NodeWright, want: Status) -> bool {
-    nw.status.as_ref().and_then(|s| s.status) == Some(want)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodewright_e2e::{Cluster, PodFate};
+use nodewright_e2e::PodFate;
 
 mod support;
 use nodewright_operator::JobHook;
@@ -42,7 +42,7 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_labelled_nodewright, fate_for, job_package, on_nodes,
-    operator_env, spawn_operator,
+    operator_env, spawn_operator, wait_status,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
@@ -83,29 +83,6 @@ fn package(version: &str, deps: &[(&str, &str)]) -> Package {
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
     create_labelled_nodewright(client, SUITE_LABEL, name, spec).await
-}
-
-async fn wait_status(
-    cluster: &Cluster,
-    client: &kube::Client,
-    name: &str,
-    want: Status,
-) -> NodeWright {
-    let api = Api::<NodeWright>::all(client.clone());
-    cluster
-        .wait_for(&format!("NodeWright {name} {want}"), BOUND, || {
-            let api = api.clone();
-            async move {
-                let nw = api
-                    .get(name)
-                    .await
-                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
-                let status = nw.status.as_ref().and_then(|s| s.status);
-                Ok((status == Some(want)).then_some(nw))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> Option<NodeState> {

@@ -12,12 +12,14 @@
 //! (d) attempts only rejected at kubelet admission: the Job is deleted and the stage runs again.
 //! (e) a disrupted attempt spends no attempt (backoffLimit 0 and the Job still completes).
 //! (f) pause suspends the unfinished Job, resume unsuspends it; a package change replaces it (drift).
-//! (g) interruptionBudget count 1: the nodes are rolled one after another.
+//! (g) interruptionBudget count 1: the nodes are rolled one after another, in three fixed batches.
 //! (h) two replicas with leader election: only the leader works; when it stops, the other takes over
 //!     the rollout in flight and finishes it.
 //! (i) a version bump upgrades in place (upgrade → config) and drops the old version's record.
 //! (j) runtimeRequired: a node tainted runtime-required loses the taint once the NodeWright is done
 //!     there (on a fake node of its own, so the taint blocks no other test).
+//! (k) autoTaintNewNodes: a new node is tainted before the rollout and untainted when it is done; a
+//!     second such NodeWright does not taint the node again.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,7 +40,7 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_labelled_nodewright, fate_for, job_package, on_nodes,
-    operator_env, spawn_operator,
+    operator_env, spawn_operator, wait_nodewright, wait_status,
 };
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
@@ -136,29 +138,6 @@ async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSp
 /// The fixture's fake nodes.
 fn fixture_nodes(cluster: &Cluster) -> Vec<&str> {
     cluster.node_names().iter().map(String::as_str).collect()
-}
-
-async fn wait_status(
-    cluster: &Cluster,
-    client: &kube::Client,
-    name: &str,
-    want: Status,
-) -> NodeWright {
-    let api = Api::<NodeWright>::all(client.clone());
-    cluster
-        .wait_for(&format!("NodeWright {name} {want}"), BOUND, || {
-            let api = api.clone();
-            async move {
-                let nw = api
-                    .get(name)
-                    .await
-                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
-                let status = nw.status.as_ref().and_then(|s| s.status);
-                Ok((status == Some(want)).then_some(nw))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> NodeState {
@@ -954,6 +933,40 @@ async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
         (default.matched, default.ceiling, default.completed),
         (3, 1, 3)
     );
+    // The legacy budget is a fixed strategy of batches of 1: three batches, each evaluated and
+    // passed, and (legacy) not reset on completion. The last batch is evaluated on the pass after the
+    // one that saw its node complete.
+    let nw = wait_nodewright(cluster, &client, &ns, "the third batch evaluated", |nw| {
+        nw.status
+            .as_ref()
+            .and_then(|s| {
+                s.compartment_statuses
+                    .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
+            })
+            .and_then(|c| c.batch_state.as_ref())
+            .is_some_and(|b| b.current_batch >= 4)
+    })
+    .await;
+    let batch = nw
+        .status
+        .and_then(|s| {
+            s.compartment_statuses
+                .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
+                .and_then(|c| c.batch_state.clone())
+        })
+        .expect("legacy batch state");
+    assert_eq!(
+        (
+            batch.current_batch,
+            batch.completed_nodes,
+            batch.failed_nodes,
+            batch.last_batch_size,
+            batch.last_batch_failed,
+            batch.should_stop
+        ),
+        (4, 3, 0, 1, false, false),
+        "{batch:?}"
+    );
 
     // Each node's work started only after the previous node's last stage had completed.
     let jobs = Api::<Job>::namespaced(client.clone(), &ns)
@@ -1231,6 +1244,162 @@ async fn j_the_runtime_required_taint_is_lifted_when_done() {
         ["dedicated"],
         "only the runtime-required taint goes"
     );
+    nodes
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("node deleted");
+}
+
+/// A watch on one node that remembers whether any version it showed carried the runtime-required
+/// taint (a watch sees a taint that a later read would miss once it is lifted).
+struct TaintWatch {
+    seen: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TaintWatch {
+    /// Starts watching `node`; returns once the watch has shown the node (so it is established).
+    async fn start(client: &kube::Client, node: &str) -> Self {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let seen: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let sink = seen.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let api: Api<Node> = Api::all(client.clone());
+        let task = tokio::spawn(async move {
+            let mut ready = Some(ready_tx);
+            let mut stream = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(next) = stream.next().await {
+                let Ok(node) = next else { continue };
+                let tainted = node
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.taints.iter().flatten())
+                    .any(|t| t.key == "nodewright.nvidia.com" && t.effect == "NoSchedule");
+                if tainted {
+                    sink.store(true, Ordering::SeqCst);
+                }
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        tokio::time::timeout(BOUND, ready_rx)
+            .await
+            .expect("the node watch starts")
+            .expect("the node watch reports");
+        TaintWatch { seen, task }
+    }
+
+    fn seen(&self) -> bool {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for TaintWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Waits until the node no longer carries the runtime-required taint; returns its taints.
+async fn wait_untainted(cluster: &Cluster, client: &kube::Client, name: &str) -> Vec<String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    cluster
+        .wait_for("the runtime-required taint lifted", BOUND, || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes
+                    .get(name)
+                    .await
+                    .map_err(|e| cluster.kube_error("node".into(), e))?;
+                let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+                Ok((!taints.iter().any(|t| t.key == "nodewright.nvidia.com"))
+                    .then(|| taints.into_iter().map(|t| t.key).collect()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("autotaint")
+        .await
+        .expect("namespace");
+    let nodes: Api<Node> = Api::all(client.clone());
+    // A new node of this test's own, untainted and never touched by a NodeWright.
+    let name = format!("{ns}-node");
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok"}
+        }
+    }))
+    .expect("node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node created");
+    let watch = TaintWatch::start(&client, &name).await;
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
+    let spec = NodeWrightSpec {
+        node_selectors: on_nodes(&[&name]),
+        runtime_required: true,
+        auto_taint_new_nodes: true,
+        packages: BTreeMap::from([("rt".to_owned(), package("1.0.0", &[]))]),
+        ..NodeWrightSpec::default()
+    };
+    create_nodewright(&client, &ns, spec.clone()).await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert!(
+        wait_untainted(cluster, &client, &name).await.is_empty(),
+        "no other taint was added"
+    );
+    assert!(watch.seen(), "the new node was tainted before the rollout");
+    let marked = nodes.get(&name).await.expect("node");
+    assert_eq!(
+        marked
+            .annotations()
+            .get("nodewright.nvidia.com/autoTaint_nodewright.nvidia.com")
+            .map(String::as_str),
+        Some("true")
+    );
+    drop(watch);
+
+    // A second auto-tainting NodeWright on the (now touched) node: it runs, the node is not tainted.
+    let watch = TaintWatch::start(&client, &name).await;
+    let second = format!("{ns}-second");
+    let mut nw = NodeWright::new(
+        &second,
+        NodeWrightSpec {
+            priority: nodewright_shared::api::DEFAULT_PRIORITY,
+            packages: BTreeMap::from([("rtb".to_owned(), package("1.0.0", &[]))]),
+            ..spec
+        },
+    );
+    // Labelled for this test's operator.
+    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.clone())]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("second NodeWright created");
+    wait_status(cluster, &client, &second, Status::Complete).await;
+    assert!(!watch.seen(), "a touched node is never tainted again");
+    for nw in [&ns, &second] {
+        Api::<NodeWright>::all(client.clone())
+            .delete(nw, &DeleteParams::default())
+            .await
+            .expect("NodeWright deleted");
+    }
     nodes
         .delete(&name, &DeleteParams::default())
         .await

@@ -285,6 +285,19 @@ pub fn reset_enabled(nodewright: &NodeWright, policy_setting: Option<bool>) -> b
         .unwrap_or(true)
 }
 
+/// Whether the batch state of a legacy `interruptionBudget` rollout (no policy) is reset: only when
+/// the NodeWright's own `deploymentPolicyOptions` say so (upstream-operator.md §4.5: legacy batches
+/// never reset). Its fixed strategy has no failure threshold, so nothing ever waits on a reset; the
+/// batch count keeps telling how many batches the rollouts took.
+pub fn legacy_reset_enabled(nodewright: &NodeWright) -> bool {
+    nodewright
+        .spec
+        .deployment_policy_options
+        .as_ref()
+        .and_then(|o| o.reset_batch_state_on_completion)
+        .unwrap_or(false)
+}
+
 /// Whether a package kept in the spec changed version since `old_package_list` (the status'
 /// `name:version,...`), which starts a new rollout whose batches begin afresh when reset is enabled.
 /// Added or removed packages are not version changes.
@@ -757,6 +770,9 @@ mod tests {
         assert!(!reset_enabled(&nodewright(&[], None), Some(false)));
         assert!(reset_enabled(&nodewright(&[], Some(true)), Some(false)));
         assert!(!reset_enabled(&nodewright(&[], Some(false)), Some(true)));
+        // Legacy (no policy): never, unless the NodeWright says so.
+        assert!(!legacy_reset_enabled(&nodewright(&[], None)));
+        assert!(legacy_reset_enabled(&nodewright(&[], Some(true))));
     }
 
     #[test]

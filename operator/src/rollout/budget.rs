@@ -32,6 +32,18 @@ pub fn legacy_ceiling(budget: Option<&InterruptionBudget>, matched: usize) -> us
     )
 }
 
+/// The batch size of the fixed strategy a legacy `interruptionBudget` stands for
+/// (upstream-api.md §5.8): the count, at most the matched nodes; or the percent of the matched nodes
+/// rounded down; no budget: every node. At least 1.
+pub fn legacy_batch(budget: Option<&InterruptionBudget>, matched: usize) -> usize {
+    let share = match (budget.and_then(|b| b.count), budget.and_then(|b| b.percent)) {
+        (Some(count), _) => usize::try_from(count).unwrap_or(0).min(matched),
+        (None, Some(percent)) => ceiling(None, Some(percent), matched),
+        (None, None) => matched,
+    };
+    share.max(1)
+}
+
 /// A DeploymentPolicy budget's ceiling.
 pub fn policy_ceiling(budget: &DeploymentBudget, matched: usize) -> usize {
     ceiling(budget.count, budget.percent, matched)
@@ -88,6 +100,31 @@ mod tests {
         assert_eq!(ceiling(None, Some(50), 0), 0);
         assert_eq!(ceiling(None, None, 7), 7);
         assert_eq!(legacy_ceiling(None, 4), 4);
+    }
+
+    #[test]
+    fn legacy_batches_follow_upstream_arithmetic() {
+        let count = |c| InterruptionBudget {
+            count: Some(c),
+            percent: None,
+        };
+        let percent = |p| InterruptionBudget {
+            count: None,
+            percent: Some(p),
+        };
+        assert_eq!(legacy_batch(Some(&count(3)), 6), 3);
+        assert_eq!(legacy_batch(Some(&count(9)), 6), 6, "at most the nodes");
+        assert_eq!(legacy_batch(Some(&count(0)), 6), 1, "at least 1");
+        assert_eq!(legacy_batch(Some(&count(3)), 0), 1);
+        assert_eq!(
+            legacy_batch(Some(&percent(29)), 100),
+            29,
+            "exact, not float-truncated"
+        );
+        assert_eq!(legacy_batch(Some(&percent(10)), 5), 1);
+        assert_eq!(legacy_batch(Some(&percent(50)), 0), 1);
+        assert_eq!(legacy_batch(None, 7), 7);
+        assert_eq!(legacy_batch(None, 0), 1);
     }
 
     fn slot(node: &str, admitted: bool, complete: bool, timed_out: bool) -> Slot<'_> {

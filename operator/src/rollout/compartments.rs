@@ -1,5 +1,6 @@
 //! Compartments (upstream-api.md §5.1–§5.3): the groups of nodes that share a budget. Without a
-//! DeploymentPolicy a NodeWright has one, `__default__`, sized by its legacy `interruptionBudget`.
+//! DeploymentPolicy a NodeWright has one, `__default__`: its legacy `interruptionBudget` as a fixed
+//! strategy whose batches are as large as the budget (upstream-api.md §5.8).
 //! With one, each node goes to the safest matching compartment (fixed before linear before
 //! exponential before none, then the smaller ceiling, then the name), else to `__default__`.
 //! Each compartment carries its strategy; [`super::batches`] turns it into batch sizes, and the
@@ -11,10 +12,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 use nodewright_shared::api::{
-    DEFAULT_COMPARTMENT, DeploymentPolicy, DeploymentStrategy, NodeWright,
+    BatchParameters, DEFAULT_COMPARTMENT, DeploymentPolicy, DeploymentStrategy, NodeWright,
 };
 
-use super::budget::{legacy_ceiling, policy_ceiling};
+use super::budget::{legacy_batch, legacy_ceiling, policy_ceiling};
 
 /// One compartment of a NodeWright's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +39,21 @@ fn safety(strategy: Option<&DeploymentStrategy>) -> u32 {
     }
 }
 
+/// The fixed strategy a legacy `interruptionBudget` stands for (upstream-api.md §5.8): batches of
+/// `batch` nodes, a batch failed unless all its nodes succeed, no failure threshold (a legacy rollout
+/// never stops by itself). Batches are evaluated and persisted like a policy's.
+fn legacy_strategy(batch: usize) -> DeploymentStrategy {
+    DeploymentStrategy {
+        fixed: Some(BatchParameters {
+            initial_batch: Some(i32::try_from(batch).unwrap_or(i32::MAX)),
+            batch_threshold: Some(100),
+            failure_threshold: None,
+            safety_limit: Some(50),
+        }),
+        ..DeploymentStrategy::default()
+    }
+}
+
 /// Splits `nodes` (already in rollout order) into compartments.
 pub fn compartments(
     nodewright: &NodeWright,
@@ -45,11 +61,12 @@ pub fn compartments(
     nodes: &[&Node],
 ) -> Vec<Compartment> {
     let Some(policy) = policy else {
+        let budget = nodewright.spec.interruption_budget.as_ref();
         return vec![Compartment {
             name: DEFAULT_COMPARTMENT.to_owned(),
-            ceiling: legacy_ceiling(nodewright.spec.interruption_budget.as_ref(), nodes.len()),
+            ceiling: legacy_ceiling(budget, nodes.len()),
             nodes: nodes.iter().map(|n| n.name_any()).collect(),
-            strategy: None,
+            strategy: Some(legacy_strategy(legacy_batch(budget, nodes.len()))),
         }];
     };
     let selectors: Vec<Option<Selector>> = policy
@@ -159,6 +176,25 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].ceiling, 1);
         assert_eq!(c[0].nodes, vec!["a", "b"]);
+        let fixed = c[0].strategy.as_ref().and_then(|s| s.fixed.as_ref());
+        assert_eq!(fixed.and_then(|f| f.initial_batch), Some(1));
+        assert_eq!(fixed.and_then(|f| f.batch_threshold), Some(100));
+        assert_eq!(fixed.and_then(|f| f.failure_threshold), None);
+        // No budget: one batch of every node.
+        let all = compartments(
+            &NodeWright::new("nw", NodeWrightSpec::default()),
+            None,
+            &[&a, &b],
+        );
+        assert_eq!(all[0].ceiling, 2);
+        assert_eq!(
+            all[0]
+                .strategy
+                .as_ref()
+                .and_then(|s| s.fixed.as_ref())
+                .and_then(|f| f.initial_batch),
+            Some(2)
+        );
     }
 
     #[test]

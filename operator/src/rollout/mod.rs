@@ -5,6 +5,7 @@
 //! Outcomes of the Jobs are recorded by [`crate::outcomes`]; this reconciler only reads them (from
 //! the node state and the Jobs' `state-recorded` annotation), so each fact has one writer.
 
+pub mod auto_taint;
 pub mod batches;
 pub mod budget;
 pub mod compartments;
@@ -34,7 +35,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use nodewright_shared::api::{
-    CompartmentStatus, DeploymentPolicy, NodeWright, NodeWrightStatus, Status,
+    BatchState, CompartmentStatus, DeploymentPolicy, NodeWright, NodeWrightStatus, Status,
 };
 use nodewright_shared::defaults::default_nodewright;
 use nodewright_shared::keys;
@@ -153,6 +154,23 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         (&a.metadata.creation_timestamp, a.metadata.name.as_deref())
             .cmp(&(&b.metadata.creation_timestamp, b.metadata.name.as_deref()))
     });
+    let mut others = ListParams::default();
+    if let Some(selector) = &ctx.options.nodewright_selector {
+        others = others.labels(selector);
+    }
+    let all_nodewrights = Api::<NodeWright>::all(ctx.client.clone())
+        .list(&others)
+        .await
+        .map_err(ReconcileError::api(
+            "listing NodeWrights to order them and to taint new nodes",
+        ))?
+        .items;
+    // New nodes are tainted before anything else is written to them (upstream: first in reconcile).
+    let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
+    if auto_taint::taint_new_nodes(ctx, &all_nodewrights, &node_refs).await? > 0 {
+        // The taints are events; plan again on the tainted nodes.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     if deleting {
         let states: Vec<Option<NodeState>> = nodes.iter().map(|n| parse_state(n, &name)).collect();
         if !uninstall::pending(&nw, states.iter().map(Option::as_ref)) {
@@ -217,15 +235,6 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         }
     };
 
-    let mut others = ListParams::default();
-    if let Some(selector) = &ctx.options.nodewright_selector {
-        others = others.labels(selector);
-    }
-    let all_nodewrights = Api::<NodeWright>::all(ctx.client.clone())
-        .list(&others)
-        .await
-        .map_err(ReconcileError::api("listing NodeWrights to order them"))?
-        .items;
     let gates = priority::gates(&nw, &all_nodewrights);
     let every_node = ctx.nodes.state();
     let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
@@ -303,19 +312,16 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             .warn_on_nodewright(nodewright, reason, message.to_owned())
             .await;
     }
-    let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
     let compartments = compartments::compartments(&nw, policy.as_ref(), &node_refs);
-    let reset_batches = batches::reset_enabled(
-        &nw,
-        policy
-            .as_ref()
-            .and_then(|p| p.spec.reset_batch_state_on_completion),
-    );
+    let reset_batches = match &policy {
+        Some(p) => batches::reset_enabled(&nw, p.spec.reset_batch_state_on_completion),
+        None => batches::legacy_reset_enabled(&nw),
+    };
     // A version change starts a new rollout: its batches begin afresh (when reset is enabled).
     let fresh_batches = reset_batches && batches::versions_changed(&old_status.package_list, &nw);
     let may_start = !paused && !disabled && missing_policy.is_none();
     let mut active: BTreeSet<String> = BTreeSet::new();
-    let mut compartment_statuses = BTreeMap::new();
+    let mut batch_states: BTreeMap<String, Option<BatchState>> = BTreeMap::new();
     for c in &compartments {
         let slots: Vec<Slot<'_>> = c
             .nodes
@@ -348,27 +354,7 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         } else if may_start {
             active.extend(admit(&slots, c.ceiling).into_iter().map(str::to_owned));
         }
-        let completed = slots.iter().filter(|s| s.complete).count();
-        let matched = slots.len();
-        compartment_statuses.insert(
-            c.name.clone(),
-            CompartmentStatus {
-                matched: i32::try_from(matched).unwrap_or(i32::MAX),
-                ceiling: i32::try_from(c.ceiling).unwrap_or(i32::MAX),
-                in_progress: i32::try_from(
-                    slots
-                        .iter()
-                        .filter(|s| active.contains(s.node) && !s.complete)
-                        .count(),
-                )
-                .unwrap_or(i32::MAX),
-                completed: i32::try_from(completed).unwrap_or(i32::MAX),
-                progress_percent: (completed * 100)
-                    .checked_div(matched)
-                    .map_or(0, |p| i32::try_from(p).unwrap_or(100)),
-                batch_state,
-            },
-        );
+        batch_states.insert(c.name.clone(), batch_state);
     }
 
     // nodePriority: admitted nodes keep their place until they complete (upstream's stickiness).
@@ -450,6 +436,32 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         }
     }
 
+    // Compartment counts from this pass's outcome (a node can complete during it).
+    let compartment_statuses = compartments
+        .iter()
+        .map(|c| {
+            let done = |n: &String| {
+                results
+                    .get(n)
+                    .is_some_and(|(_, status)| *status == Status::Complete)
+            };
+            let completed = c.nodes.iter().filter(|n| done(n)).count();
+            let in_progress = c
+                .nodes
+                .iter()
+                .filter(|n| active.contains(*n) && !done(n))
+                .count();
+            let status = CompartmentStatus {
+                matched: to_i32(c.nodes.len()),
+                ceiling: to_i32(c.ceiling),
+                in_progress: to_i32(in_progress),
+                completed: to_i32(completed),
+                progress_percent: to_i32((completed * 100).checked_div(c.nodes.len()).unwrap_or(0)),
+                batch_state: batch_states.remove(&c.name).flatten(),
+            };
+            (c.name.clone(), status)
+        })
+        .collect();
     let mut status = status::build(
         &nw,
         StatusInput {
@@ -499,6 +511,10 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         Some(Status::Complete) => Action::requeue(ctx.config.default_interval),
         _ => Action::requeue(IN_FLIGHT_RESYNC),
     })
+}
+
+fn to_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// Writes the node's status annotation and label for a node not worked on this pass, releases the

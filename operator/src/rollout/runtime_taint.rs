@@ -1,6 +1,7 @@
 //! The runtime-required taint (upstream-operator.md §7.2): workloads stay off a node until every
 //! `runtimeRequired` NodeWright targeting it is complete there; then the taint (same key and effect,
-//! any value, as Kubernetes' `MatchTaint`) is removed. Auto-tainting new nodes is not done yet.
+//! any value, as Kubernetes' `MatchTaint`) is removed. New nodes get the taint from
+//! [`super::auto_taint`] when a NodeWright asks for it.
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::ResourceExt;

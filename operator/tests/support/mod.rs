@@ -17,7 +17,7 @@ use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
 use nodewright_operator::config::OperatorConfig;
 use nodewright_operator::state_metrics::StateMetrics;
 use nodewright_operator::{JobHook, RunOptions};
-use nodewright_shared::api::{NodeWright, NodeWrightSpec};
+use nodewright_shared::api::{NodeWright, NodeWrightSpec, Status};
 use nodewright_shared::keys;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -172,4 +172,47 @@ pub fn fate_for(package: &'static str, stage: &'static str, fate: PodFate) -> Jo
             fate.apply(spec.template.metadata.get_or_insert_with(Default::default));
         }
     })
+}
+
+/// Waits until `ready` holds on the NodeWright `name` (and its status); returns it.
+pub async fn wait_nodewright(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&NodeWright) -> bool,
+) -> NodeWright {
+    let api = Api::<NodeWright>::all(client.clone());
+    let ready = &ready;
+    cluster
+        .wait_for(&format!("NodeWright {name}: {what}"), BOUND, || {
+            let api = api.clone();
+            async move {
+                let nw = api
+                    .get(name)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
+                Ok(ready(&nw).then_some(nw))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Whether the NodeWright's rolled-up status is `want`.
+pub fn status_is(nw: &NodeWright, want: Status) -> bool {
+    nw.status.as_ref().and_then(|s| s.status) == Some(want)
+}
+
+/// Waits until the NodeWright's rolled-up status is `want`.
+pub async fn wait_status(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    want: Status,
+) -> NodeWright {
+    wait_nodewright(cluster, client, name, want.as_str(), |nw| {
+        status_is(nw, want)
+    })
+    .await
 }
