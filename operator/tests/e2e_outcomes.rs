@@ -41,8 +41,8 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_labelled_nodewright, fate_for, job_package, on_nodes,
-    operator_env, spawn_operator, wait_status,
+    BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
+    on_nodes, operator_env, spawn_operator, wait_status,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
@@ -168,25 +168,12 @@ impl<K> Drop for Seen<K> {
     }
 }
 
-/// Nodes of the test's own (kwok manages nodes annotated `kwok.x-k8s.io/node=fake`), so a policy's
-/// batches are not shared with other tests.
+/// Nodes of the test's own, so a policy's batches are not shared with other tests.
 async fn create_nodes(client: &kube::Client, prefix: &str, count: usize) -> Vec<String> {
-    let nodes: Api<Node> = Api::all(client.clone());
     let mut names = Vec::new();
     for i in 0..count {
         let name = format!("{prefix}-n{i}");
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {
-                "name": name,
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {"kubernetes.io/hostname": name, "type": "kwok"}
-            }
-        }))
-        .expect("node");
-        nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .expect("node created");
+        create_fake_node(client, &name, &[], json!([])).await;
         names.push(name);
     }
     names

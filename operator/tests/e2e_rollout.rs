@@ -39,8 +39,8 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_labelled_nodewright, fate_for, job_package, on_nodes,
-    operator_env, spawn_operator, wait_nodewright, wait_status,
+    BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
+    on_nodes, operator_env, spawn_operator, wait_nodewright, wait_status,
 };
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
@@ -1188,24 +1188,18 @@ async fn j_the_runtime_required_taint_is_lifted_when_done() {
         .await
         .expect("namespace");
     let nodes: Api<Node> = Api::all(client.clone());
-    // A node of this test's own (kwok manages nodes annotated kwok.x-k8s.io/node=fake).
+    // A node of this test's own, so the taint blocks no other test.
     let name = format!("{ns}-node");
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok"}
-        },
-        "spec": {"taints": [
+    create_fake_node(
+        &client,
+        &name,
+        &[],
+        json!([
             {"key": "nodewright.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"},
             {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
-        ]}
-    }))
-    .expect("node");
-    nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node created");
+        ]),
+    )
+    .await;
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
     create_nodewright(
         &client,
@@ -1337,18 +1331,7 @@ async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
     let nodes: Api<Node> = Api::all(client.clone());
     // A new node of this test's own, untainted and never touched by a NodeWright.
     let name = format!("{ns}-node");
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok"}
-        }
-    }))
-    .expect("node");
-    nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node created");
+    create_fake_node(&client, &name, &[], json!([])).await;
     let watch = TaintWatch::start(&client, &name).await;
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
     let spec = NodeWrightSpec {

@@ -216,3 +216,33 @@ pub async fn wait_status(
     })
     .await
 }
+
+/// Creates a fake node `name` of a test's own (kwok manages nodes annotated
+/// `kwok.x-k8s.io/node=fake`), labelled `kubernetes.io/hostname=<name>` and `type=kwok` plus
+/// `labels`, with `taints` (a JSON list, `[]` for none).
+pub async fn create_fake_node(
+    client: &kube::Client,
+    name: &str,
+    labels: &[(&str, &str)],
+    taints: serde_json::Value,
+) {
+    let mut all = serde_json::Map::new();
+    all.insert("kubernetes.io/hostname".into(), name.into());
+    all.insert("type".into(), "kwok".into());
+    for (k, v) in labels {
+        all.insert((*k).to_owned(), (*v).into());
+    }
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": all
+        },
+        "spec": {"taints": taints}
+    }))
+    .expect("node");
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node created");
+}
