@@ -57,6 +57,13 @@ pub struct Context {
     /// Job's pods are listed live once, because its outcome must not be classified from a store
     /// that may not have seen the last pod update yet.
     pub pods: Store<Pod>,
+    /// The operator's own Jobs, fed by the rollout controller's Job watch (so an event that triggers
+    /// a rollout pass is already in the store that pass reads) and trimmed of managed fields. It
+    /// replaces a LIST of a NodeWright's Jobs on every pass; see [`Context::jobs_synced`].
+    pub jobs: Store<Job>,
+    /// True once the Job store has listed: before that an empty store would read as "no Job yet",
+    /// and a pass would start stages that already ran.
+    pub jobs_synced: tokio::sync::watch::Receiver<bool>,
     /// Cancelled when this replica stops leading: checked before every write.
     pub term: CancellationToken,
     /// Test hooks and scoping.
@@ -71,5 +78,10 @@ impl Context {
     /// Whether this term still leads (writes are allowed).
     pub fn leading(&self) -> bool {
         !self.term.is_cancelled()
+    }
+
+    /// Whether the Job store has completed its first list.
+    pub fn jobs_synced(&self) -> bool {
+        *self.jobs_synced.borrow()
     }
 }

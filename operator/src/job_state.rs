@@ -2,6 +2,7 @@
 //! state (`nodewright.nvidia.com/state-recorded`), which package, stage and node it runs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use nodewright_shared::keys;
@@ -81,18 +82,19 @@ pub fn node_of(job: &Job) -> Option<&str> {
         .and_then(|s| s.node_name.as_deref())
 }
 
-/// A NodeWright's Jobs by name.
+/// A NodeWright's Jobs by name (shared with the Job store, not copied).
 #[derive(Debug, Default)]
 pub struct JobIndex {
-    jobs: BTreeMap<String, Job>,
+    jobs: BTreeMap<String, Arc<Job>>,
 }
 
 impl JobIndex {
     /// Indexes `jobs` by name.
-    pub fn new(jobs: impl IntoIterator<Item = Job>) -> Self {
+    pub fn new<J: Into<Arc<Job>>>(jobs: impl IntoIterator<Item = J>) -> Self {
         JobIndex {
             jobs: jobs
                 .into_iter()
+                .map(Into::into)
                 .filter_map(|j| j.metadata.name.clone().map(|n| (n, j)))
                 .collect(),
         }
@@ -100,12 +102,12 @@ impl JobIndex {
 
     /// The Job named `name`.
     pub fn get(&self, name: &str) -> Option<&Job> {
-        self.jobs.get(name)
+        self.jobs.get(name).map(AsRef::as_ref)
     }
 
     /// Every Job.
     pub fn iter(&self) -> impl Iterator<Item = &Job> {
-        self.jobs.values()
+        self.jobs.values().map(AsRef::as_ref)
     }
 
     /// Whether a package (not interrupt) Job is unfinished on `node`: an interrupt waits for those only

@@ -276,7 +276,13 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     }
 }
 
-/// Writes `record` into the node's state for the Job's NodeWright (fresh read, precondition, retry).
+/// Writes `record` into the node's state for the Job's NodeWright (precondition, retry).
+///
+/// The first attempt works from the node cache, which is almost always current (the Job ran for a
+/// while since the node's last write), so recording an outcome usually costs one PATCH and no GET.
+/// The resourceVersion precondition makes a stale cache harmless for a write (it fails, and the next
+/// attempt reads the node). A stale cache could however show the outcome as already recorded (a
+/// rerun reset the record since), so "nothing to write" is only believed from a fresh read.
 async fn record(
     ctx: &Context,
     node: &str,
@@ -286,19 +292,34 @@ async fn record(
 ) -> Result<(), ReconcileError> {
     let api: Api<Node> = Api::all(ctx.client.clone());
     let key = keys::node_state_key(&job.nodewright);
+    let mut cached = ctx
+        .nodes
+        .get(&kube::runtime::reflector::ObjectRef::new(node))
+        .map(|n| (*n).clone());
     for attempt in 0..5 {
-        let Some(current) = api
-            .get_opt(node)
-            .await
-            .map_err(ReconcileError::api(format!("reading node {node}")))?
-        else {
-            return Ok(());
+        let from_cache = cached.is_some();
+        let current = match cached.take() {
+            Some(n) => n,
+            None => match api
+                .get_opt(node)
+                .await
+                .map_err(ReconcileError::api(format!("reading node {node}")))?
+            {
+                Some(n) => n,
+                None => return Ok(()),
+            },
         };
         let Some(mut state) = parse_state(&current, &job.nodewright) else {
+            if from_cache {
+                continue;
+            }
             warn!(node, nodewright = %job.nodewright, "node state is malformed; outcome not recorded");
             return Ok(());
         };
         if !apply_record(&mut state, job, interrupt, outcome) {
+            if from_cache {
+                continue;
+            }
             return Ok(());
         }
         let mut edit = NodeEdit::default();
@@ -315,7 +336,13 @@ async fn record(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    // Only reachable if every attempt lost a race: the outcome is not recorded, so the Job must not
+    // be marked either; the conflict error retries the whole reconcile shortly.
+    Err(NodeWriteError::Conflict {
+        node: node.to_owned(),
+        resource_version: String::new(),
+    }
+    .into())
 }
 
 /// Marks the Job's outcome as recorded and starts its TTL.

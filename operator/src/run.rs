@@ -131,12 +131,25 @@ pub async fn run_instrumented(
         }
         info!("leading: starting the reconcilers");
         let (pod_store, pod_writer) = reflector::store::<Pod>();
+        let (job_store, job_writer) = reflector::store::<Job>();
+        let (jobs_synced_tx, jobs_synced) = watch::channel(false);
+        {
+            // The only waiter on the store's first sync; reconciles read the watch channel.
+            let store = job_store.clone();
+            tokio::spawn(async move {
+                if store.wait_until_ready().await.is_ok() {
+                    let _ = jobs_synced_tx.send(true);
+                }
+            });
+        }
         let ctx = Arc::new(Context {
             client: client.clone(),
             job_config: config.job_config(),
             config: config.clone(),
             nodes: node_store.clone(),
             pods: pod_store,
+            jobs: job_store,
+            jobs_synced,
             term: stop.clone(),
             options: options.clone(),
             events: crate::events::Events::new(client.clone(), &config.lease.identity),
@@ -150,7 +163,7 @@ pub async fn run_instrumented(
                 stop.clone(),
             ))
         });
-        run_term(ctx, node_tx.subscribe(), pod_writer).await;
+        run_term(ctx, node_tx.subscribe(), pod_writer, job_writer).await;
         stop.cancel();
         if let Some(certs) = certs {
             match certs.await {
@@ -179,6 +192,7 @@ async fn run_term(
     ctx: Arc<Context>,
     node_triggers: broadcast::Receiver<()>,
     pod_writer: reflector::store::Writer<Pod>,
+    job_writer: reflector::store::Writer<Job>,
 ) {
     let namespace = ctx.config.namespace.clone();
     let client = ctx.client.clone();
@@ -191,8 +205,19 @@ async fn run_term(
 
     // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
     // owner with the Job's namespace and never find it.)
+    // The rollout's Job watch also feeds the Job store its passes read (events reach the store
+    // before they trigger a pass).
+    let job_events = reflector(
+        job_writer,
+        watcher(jobs.clone(), owned.clone())
+            .default_backoff()
+            .modify(|job| {
+                job.metadata.managed_fields = None;
+            }),
+    )
+    .touched_objects();
     let rollout = Controller::new(Api::<NodeWright>::all(client.clone()), nodewrights)
-        .watches(jobs.clone(), owned.clone(), |job: Job| {
+        .watches_stream(job_events, |job: Job| {
             job.metadata
                 .owner_references
                 .into_iter()

@@ -49,6 +49,7 @@ spec:
     beta: {version: 1.0.0, image: ghcr.io/example/beta, stageTimeout: 10m}
     gamma: {version: 1.0.0, image: ghcr.io/example/gamma, stageTimeout: 10m, dependsOn: {alpha: 1.0.0, beta: 1.0.0}}
 YAML
+idle_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${pid}/status")"
 read -r cpu0 < <(awk '{print $14+$15}' "/proc/${pid}/stat")
 t0=$(date +%s.%N)
 kubectl apply -f "${work}/nw.yaml" >/dev/null
@@ -64,7 +65,8 @@ echo "nodes: ${nodes}, packages: 3 (6 stage Jobs per node: apply + config each)"
 echo "jobs created: $(kubectl get jobs -n nodewright --no-headers 2>/dev/null | wc -l) (finished Jobs are deleted after their TTL)"
 python3 -c "print(f'wall time to complete: {${t1}-${t0}:.1f} s')"
 python3 -c "print(f'operator CPU: {(${cpu1}-${cpu0})/${hz}:.2f} s during the rollout')"
-echo "operator peak RSS: $(awk '/VmHWM/{print $2, $3}' "/proc/${pid}/status")"
+echo "operator RSS before the rollout (caches warm): ${idle_rss}"
+echo "operator peak RSS: $(awk '/VmHWM/{print $2, $3}' "/proc/${pid}/status"), at the end: $(awk '/VmRSS/{print $2, $3}' "/proc/${pid}/status")"
 echo "operator API requests by verb (its client):"
 curl -fsS "http://127.0.0.1:${port}/metrics" | grep '^nodewright_operator_api_requests_total' || echo "  (counter not exported)"
 echo "apiserver requests by verb, all clients, before: ${before}"

@@ -27,7 +27,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -126,6 +125,10 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     if !ctx.leading() {
         return Ok(Action::await_change());
     }
+    if !ctx.jobs_synced() {
+        // An unsynced store would read as "no Job yet" and start stages that already ran.
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
     let name = nodewright.name_any();
     let deleting = nodewright.metadata.deletion_timestamp.is_some();
     if deleting && !finalizer::has_finalizer(nodewright) {
@@ -185,19 +188,12 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
 
-    let jobs_api: Api<Job> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let label = naming::label_value(&name);
     let jobs = JobIndex::new(
-        jobs_api
-            .list(&ListParams::default().labels(&format!(
-                "{}={}",
-                keys::NAME_LABEL,
-                naming::label_value(&name)
-            )))
-            .await
-            .map_err(ReconcileError::api(format!(
-                "listing the Jobs of NodeWright {name}"
-            )))?
-            .items,
+        ctx.jobs
+            .state()
+            .into_iter()
+            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label)),
     );
     job_ops::set_suspended(ctx, &jobs, paused).await?;
     if !paused && job_ops::replace_drifted(ctx, &nw, &jobs).await? > 0 {
