@@ -55,7 +55,8 @@ pub struct Context {
     /// The operator's own pods (its namespace, labelled with a NodeWright name), fed by the outcome
     /// controller's pod watch. Read for running Jobs, so a pod event costs no API call; a finished
     /// Job's pods are listed live once, because its outcome must not be classified from a store
-    /// that may not have seen the last pod update yet.
+    /// that may not have seen the last pod update yet. Trimmed to metadata, status and `nodeName`
+    /// ([`crate::cache_trim::pod`]).
     pub pods: Store<Pod>,
     /// The operator's own Jobs, fed by the rollout controller's Job watch (so an event that triggers
     /// a rollout pass is already in the store that pass reads) and trimmed of managed fields. It

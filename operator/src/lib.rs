@@ -21,6 +21,7 @@
 
 pub mod admin;
 pub mod api_metrics;
+pub mod cache_trim;
 pub mod config;
 pub mod configmaps;
 pub mod context;

@@ -21,7 +21,7 @@ use crate::context::{Context, RunOptions};
 use crate::leader::{Elector, LeaderError, LeaderHandle};
 use crate::metrics::LeaderMetrics;
 use crate::state_metrics::StateMetrics;
-use crate::{nodes, outcomes, rollout};
+use crate::{cache_trim, nodes, outcomes, rollout};
 
 /// Why the operator could not run.
 #[derive(Debug, thiserror::Error)]
@@ -211,9 +211,7 @@ async fn run_term(
         job_writer,
         watcher(jobs.clone(), owned.clone())
             .default_backoff()
-            .modify(|job| {
-                job.metadata.managed_fields = None;
-            }),
+            .modify(cache_trim::job_for_rollout),
     )
     .touched_objects();
     let rollout = Controller::new(Api::<NodeWright>::all(client.clone()), nodewrights)
@@ -236,17 +234,25 @@ async fn run_term(
         });
 
     // The pod watch feeds both the outcome controller (pod events map to their Job) and the pod
-    // store the reconciler reads for running Jobs. Pods are trimmed of managedFields.
+    // store the reconciler reads for running Jobs (trimmed, see cache_trim).
     let pods = reflector(
         pod_writer,
         watcher(Api::<Pod>::namespaced(client, &namespace), owned.clone())
             .default_backoff()
-            .modify(|pod| {
-                pod.metadata.managed_fields = None;
-            }),
+            .modify(cache_trim::pod),
     )
     .applied_objects();
-    let outcomes = Controller::new(jobs, owned)
+    // The outcome controller's own Job watch and store (its triggers and the objects it reads must
+    // come from one watch), trimmed like the others.
+    let (outcome_jobs, outcome_job_writer) = reflector::store::<Job>();
+    let outcome_job_events = reflector(
+        outcome_job_writer,
+        watcher(jobs, owned.clone())
+            .default_backoff()
+            .modify(cache_trim::job_for_outcomes),
+    )
+    .applied_objects();
+    let outcomes = Controller::for_stream(outcome_job_events, outcome_jobs)
         .owns_stream(pods)
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
         .run(outcomes::reconcile, outcomes::error_policy, ctx.clone())
