@@ -29,7 +29,7 @@ use serde_json::json;
 mod support;
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, job_package, on_nodes,
-    operator_env, spawn_operator, status_is, wait_nodewright, wait_status,
+    operator_env, spawn_operator, status_is, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -410,22 +410,7 @@ async fn deletion_waits_on_a_malformed_node_state_until_it_is_repaired() {
         json!({"metadata": {"annotations": {&key: good}}}),
     )
     .await;
-    let api = Api::<NodeWright>::all(client.clone());
-    cluster
-        .wait_for("NodeWright deleted", BOUND, || {
-            let api = api.clone();
-            let ns = ns.clone();
-            async move {
-                Ok(api
-                    .get_opt(&ns)
-                    .await
-                    .map_err(|e| cluster.kube_error("get".into(), e))?
-                    .is_none()
-                    .then_some(()))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_nodewright_gone(cluster, &client, &ns).await;
     assert_eq!(count(&created, "keep-1.0.0", Some("uninstall")), 1);
     delete_node(&client, &node).await;
 }

@@ -38,7 +38,7 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_labelled_nodewright, on_nodes, operator_env, spawn_operator,
-    status_is, wait_nodewright,
+    status_is, wait_nodewright, wait_nodewright_gone,
 };
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
@@ -439,22 +439,7 @@ async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_goin
         json!({"metadata": {"annotations": {keys::PAUSE_ANNOTATION: null}}}),
     )
     .await;
-    let api = Api::<NodeWright>::all(client.clone());
-    cluster
-        .wait_for("NodeWright deleted", BOUND, || {
-            let api = api.clone();
-            let ns = ns.clone();
-            async move {
-                Ok(api
-                    .get_opt(&ns)
-                    .await
-                    .map_err(|e| cluster.kube_error("get".into(), e))?
-                    .is_none()
-                    .then_some(()))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_nodewright_gone(cluster, &client, &ns).await;
     for node in &nodes {
         assert_eq!(count(&created, "keep", "uninstall", node), 1, "{node}");
         assert_eq!(count(&created, "plain", "uninstall", node), 0, "{node}");

@@ -34,57 +34,41 @@ use nodewright_e2e::{Cluster, PodFate};
 
 mod support;
 use nodewright_operator::JobHook;
+use nodewright_operator::api_metrics::ApiMetrics;
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
+use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    on_nodes, operator_env, spawn_operator, wait_nodewright, wait_status,
+    on_nodes, operator_env, spawn_operator, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
 /// Label that scopes each test's operator to its own NodeWright.
 const SUITE_LABEL: &str = "nodewright.test/suite";
 
-/// Counts the requests a client sends (for the API-call measurement of the rollout).
-#[derive(Clone)]
-struct Counting<S> {
-    inner: S,
-    count: Arc<AtomicUsize>,
-}
-
-impl<S, R> tower::Service<R> for Counting<S>
-where
-    S: tower::Service<R>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: R) -> Self::Future {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.inner.call(request)
-    }
-}
-
-/// A client for the operator whose requests are counted in `count`.
-async fn counting_client(cluster: &Cluster, count: Arc<AtomicUsize>) -> kube::Client {
+/// A client for the operator whose requests are counted by the operator's own API counter layer,
+/// registered in `registry` (the measurement of the rollout).
+async fn counted_client(cluster: &Cluster, registry: &mut Registry) -> kube::Client {
+    let metrics = ApiMetrics::registered(registry);
     let config = cluster.config().await.expect("client config");
-    let builder = kube::client::ClientBuilder::try_from(config).expect("client builder");
-    builder
-        .with_layer(&tower::layer::layer_fn(move |inner| Counting {
-            inner,
-            count: count.clone(),
-        }))
+    kube::client::ClientBuilder::try_from(config)
+        .expect("client builder")
+        .with_layer(&metrics.layer())
         .build()
+}
+
+/// The `nodewright_operator_api_requests_total` samples of `registry`, as (labels, count).
+fn api_requests(registry: &Registry) -> Vec<(String, u64)> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("metrics encode");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("nodewright_operator_api_requests_total"))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(labels, n)| n.parse().ok().map(|n| (labels.to_owned(), n)))
+        .collect()
 }
 
 fn start_operator(
@@ -171,8 +155,8 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
         .create_namespace("rollout")
         .await
         .expect("namespace");
-    let requests = Arc::new(AtomicUsize::new(0));
-    let operator_client = counting_client(cluster, requests.clone()).await;
+    let mut registry = Registry::with_prefix("nodewright");
+    let operator_client = counted_client(cluster, &mut registry).await;
     let _operator = start_operator(operator_client, &ns, &ns, 3, None);
     let started = Instant::now();
     let mut gamma = package("1.0.0", &[("alpha", "1.0.0"), ("beta", "2.1.0")]);
@@ -193,11 +177,12 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
     )
     .await;
     let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    let requests = api_requests(&registry);
     eprintln!(
         "MEASURE 3-node rollout of 3 packages (6 Jobs per node): {:?}, {} API requests by the operator \
-         (a watch counts once)",
+         (a watch counts once): {requests:?}",
         started.elapsed(),
-        requests.load(Ordering::Relaxed)
+        requests.iter().map(|(_, n)| n).sum::<u64>(),
     );
 
     let status = nw.status.clone().expect("status");
@@ -393,22 +378,7 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
         .delete(&ns, &DeleteParams::default())
         .await
         .expect("delete");
-    let api = Api::<NodeWright>::all(client.clone());
-    cluster
-        .wait_for("NodeWright deleted", BOUND, || {
-            let api = api.clone();
-            let ns = ns.clone();
-            async move {
-                Ok(api
-                    .get_opt(&ns)
-                    .await
-                    .map_err(|e| cluster.kube_error("get".into(), e))?
-                    .is_none()
-                    .then_some(()))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_nodewright_gone(cluster, &client, &ns).await;
     for node in cluster.node_names() {
         let n: Node = Api::<Node>::all(client.clone())
             .get(node)

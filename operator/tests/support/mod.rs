@@ -246,3 +246,22 @@ pub async fn create_fake_node(
         .await
         .expect("node created");
 }
+
+/// Waits until the NodeWright `name` is gone (its finalizer let it go).
+pub async fn wait_nodewright_gone(cluster: &Cluster, client: &kube::Client, name: &str) {
+    let api = Api::<NodeWright>::all(client.clone());
+    cluster
+        .wait_for(&format!("NodeWright {name} deleted"), BOUND, || {
+            let api = api.clone();
+            async move {
+                Ok(api
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?
+                    .is_none()
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
