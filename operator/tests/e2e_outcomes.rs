@@ -42,7 +42,7 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    on_nodes, operator_env, spawn_operator, wait_status,
+    on_nodes, operator_env, spawn_operator, wait_status, wait_timed_out_job,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
@@ -541,25 +541,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
         },
     )
     .await;
-    let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let job = cluster
-        .wait_for("the hanging stage is recorded as timed out", BOUND, || {
-            let jobs_api = jobs_api.clone();
-            async move {
-                let jobs = jobs_api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
-                Ok(jobs.items.into_iter().find(|j| {
-                    j.annotations()
-                        .get(keys::STATE_RECORDED_ANNOTATION)
-                        .map(String::as_str)
-                        == Some("timed-out")
-                }))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let job = wait_timed_out_job(cluster, &client, &ns).await;
     let failed = job
         .status
         .as_ref()
@@ -664,25 +646,7 @@ async fn e_an_attempt_that_never_started_leaves_its_waiting_reason_as_last_logs(
         },
     )
     .await;
-    let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let job = cluster
-        .wait_for("the stage is recorded as timed out", BOUND, || {
-            let jobs_api = jobs_api.clone();
-            async move {
-                let jobs = jobs_api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
-                Ok(jobs.items.into_iter().find(|j| {
-                    j.annotations()
-                        .get(keys::STATE_RECORDED_ANNOTATION)
-                        .map(String::as_str)
-                        == Some("timed-out")
-                }))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let job = wait_timed_out_job(cluster, &client, &ns).await;
     let logs = job
         .annotations()
         .get(keys::LAST_LOGS_ANNOTATION)

@@ -42,7 +42,7 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    on_nodes, operator_env, spawn_operator, wait_nodewright, wait_nodewright_gone, wait_status,
+    on_nodes, operator_env, spawn_operator, wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 
 /// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
@@ -420,25 +420,8 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
         },
     )
     .await;
+    let job = wait_timed_out_job(cluster, &client, &ns).await;
     let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let job = cluster
-        .wait_for("the failed Job is recorded as timed out", BOUND, || {
-            let jobs_api = jobs_api.clone();
-            async move {
-                let jobs = jobs_api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
-                Ok(jobs.items.into_iter().find(|j| {
-                    j.annotations()
-                        .get(keys::STATE_RECORDED_ANNOTATION)
-                        .map(String::as_str)
-                        == Some("timed-out")
-                }))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     let nw = wait_status(cluster, &client, &ns, Status::Erroring).await;
     assert_eq!(
         nw.status.as_ref().map(|s| s.complete_nodes.as_str()),
@@ -904,27 +887,9 @@ async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
         (3, 1, 3)
     );
     // The legacy budget is a fixed strategy of batches of 1: three batches, each evaluated and
-    // passed, and (legacy) not reset on completion. The last batch is evaluated on the pass after the
-    // one that saw its node complete.
-    let nw = wait_nodewright(cluster, &client, &ns, "the third batch evaluated", |nw| {
-        nw.status
-            .as_ref()
-            .and_then(|s| {
-                s.compartment_statuses
-                    .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
-            })
-            .and_then(|c| c.batch_state.as_ref())
-            .is_some_and(|b| b.current_batch >= 4)
-    })
-    .await;
-    let batch = nw
-        .status
-        .and_then(|s| {
-            s.compartment_statuses
-                .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
-                .and_then(|c| c.batch_state.clone())
-        })
-        .expect("legacy batch state");
+    // passed (the last one in the write that reports the rollout complete), and (legacy) not reset
+    // on completion.
+    let batch = default.batch_state.clone().expect("legacy batch state");
     assert_eq!(
         (
             batch.current_batch,
@@ -1188,23 +1153,8 @@ async fn j_the_runtime_required_taint_is_lifted_when_done() {
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
-    let taints = cluster
-        .wait_for("the runtime-required taint lifted", BOUND, || {
-            let nodes = nodes.clone();
-            let name = name.clone();
-            async move {
-                let n = nodes
-                    .get(&name)
-                    .await
-                    .map_err(|e| cluster.kube_error("node".into(), e))?;
-                let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
-                Ok((!taints.iter().any(|t| t.key == "nodewright.nvidia.com")).then_some(taints))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        taints.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+        wait_untainted(cluster, &client, &name).await,
         ["dedicated"],
         "only the runtime-required taint goes"
     );

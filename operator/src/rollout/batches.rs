@@ -239,12 +239,11 @@ pub fn step<'a>(
     ceiling: usize,
     may_start: bool,
 ) -> BatchDecision<'a> {
-    let complete = slots.iter().filter(|s| s.complete).count();
-    let failed = slots.iter().filter(|s| !s.complete && s.timed_out).count();
-    let in_flight = slots
-        .iter()
-        .filter(|s| s.admitted && !s.complete && !s.timed_out && !s.blocked)
-        .count();
+    let Counts {
+        complete,
+        failed,
+        in_flight,
+    } = counts(slots);
     let persisted = previous.filter(|s| s.current_batch > 0);
     let mut state = persisted
         .cloned()
@@ -270,6 +269,42 @@ pub fn step<'a>(
             .map(|s| s.node),
     );
     BatchDecision { admit, state }
+}
+
+/// A compartment's nodes by where they are in the batch.
+struct Counts {
+    complete: usize,
+    /// Timed out and not complete: the batch's failures.
+    failed: usize,
+    /// Admitted, neither done nor blocked.
+    in_flight: usize,
+}
+
+fn counts(slots: &[Slot<'_>]) -> Counts {
+    Counts {
+        complete: slots.iter().filter(|s| s.complete).count(),
+        failed: slots.iter().filter(|s| !s.complete && s.timed_out).count(),
+        in_flight: slots
+            .iter()
+            .filter(|s| s.admitted && !s.complete && !s.timed_out && !s.blocked)
+            .count(),
+    }
+}
+
+/// The batch state after a pass, from `slots` as the pass left them (nodes it admitted, nodes that
+/// completed during it): a batch that ended during the pass is evaluated in the same status write
+/// that reports its nodes complete, so a NodeWright never reads `complete` with its last batch
+/// unaccounted. Evaluating twice is harmless: an evaluated batch moved the checkpoints.
+pub fn settle(strategy: &DeploymentStrategy, state: &BatchState, slots: &[Slot<'_>]) -> BatchState {
+    let Counts {
+        complete,
+        failed,
+        in_flight,
+    } = counts(slots);
+    if in_flight > 0 {
+        return state.clone();
+    }
+    evaluate(strategy, state, complete, failed, slots.len())
 }
 
 /// Whether batch states are reset on completion and on a version change: the NodeWright's
@@ -565,7 +600,7 @@ mod tests {
     }
 
     /// Passes until the batch state is persisted (each pass's state is written before the next).
-    fn settle<'a>(
+    fn until_persisted<'a>(
         s: &DeploymentStrategy,
         previous: Option<&BatchState>,
         slots: &[Slot<'a>],
@@ -606,12 +641,42 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_that_ends_during_the_pass_is_evaluated_in_its_write() {
+        let s = fixed(2);
+        let state = BatchState {
+            current_batch: 1,
+            ..BatchState::default()
+        };
+        // a and b were in flight when the pass started; a completed during it, b did not.
+        let mut slots = vec![slot("a", true, true, false), slot("b", true, false, false)];
+        assert_eq!(
+            super::settle(&s, &state, &slots),
+            state,
+            "b still in flight"
+        );
+        // Both completed during the pass: batch 1 is evaluated now.
+        slots[1].complete = true;
+        let settled = super::settle(&s, &state, &slots);
+        assert_eq!(
+            (
+                settled.current_batch,
+                settled.completed_nodes,
+                settled.last_batch_size,
+                settled.last_batch_failed
+            ),
+            (2, 2, 2, false)
+        );
+        // Settling again changes nothing: the checkpoints moved.
+        assert_eq!(super::settle(&s, &settled, &slots), settled);
+    }
+
+    #[test]
     fn an_exponential_rollout_goes_in_growing_batches() {
         let s = exponential(1, 2, BatchParameters::default());
         let names = ["a", "b", "c", "d", "e", "f", "g"];
         // Pass 1: nothing admitted: batch 1 of 1 node.
         let slots: Vec<Slot<'_>> = names.iter().map(|n| slot(n, false, false, false)).collect();
-        let d = settle(&s, None, &slots, 100);
+        let d = until_persisted(&s, None, &slots, 100);
         assert_eq!(d.admit, ["a"]);
         assert_eq!(d.state.current_batch, 1);
         // a in flight: nobody new.
@@ -621,7 +686,7 @@ mod tests {
         assert_eq!(d.admit, ["a"]);
         // a complete: batch 2 of 2 nodes.
         slots[0].complete = true;
-        let d = settle(&s, Some(&d.state), &slots, 100);
+        let d = until_persisted(&s, Some(&d.state), &slots, 100);
         assert_eq!(d.admit, ["b", "c"]);
         assert_eq!((d.state.current_batch, d.state.last_batch_size), (2, 1));
         for s in &mut slots[1..3] {
@@ -629,14 +694,14 @@ mod tests {
             s.complete = true;
         }
         // Batch 3: 4 nodes.
-        let d = settle(&s, Some(&d.state), &slots, 100);
+        let d = until_persisted(&s, Some(&d.state), &slots, 100);
         assert_eq!(d.admit, ["d", "e", "f", "g"]);
         assert_eq!((d.state.current_batch, d.state.last_batch_size), (3, 2));
         for s in &mut slots[3..] {
             s.admitted = true;
             s.complete = true;
         }
-        let d = settle(&s, Some(&d.state), &slots, 100);
+        let d = until_persisted(&s, Some(&d.state), &slots, 100);
         assert!(d.admit.is_empty());
         assert_eq!(
             d.state,
@@ -656,8 +721,8 @@ mod tests {
             .iter()
             .map(|n| slot(n, false, false, false))
             .collect();
-        assert_eq!(settle(&s, None, &slots, 2).admit, ["a", "b"]);
-        assert!(settle(&s, None, &slots, 0).admit.is_empty());
+        assert_eq!(until_persisted(&s, None, &slots, 2).admit, ["a", "b"]);
+        assert!(until_persisted(&s, None, &slots, 0).admit.is_empty());
     }
 
     #[test]
@@ -685,7 +750,7 @@ mod tests {
         assert_eq!(step(&s, Some(&start), &slots, 5, true).admit, ["a"]);
         // a timed out: the batch is over (failed) and the next one starts.
         slots[0].timed_out = true;
-        let d = settle(&s, Some(&start), &slots, 5);
+        let d = until_persisted(&s, Some(&start), &slots, 5);
         assert_eq!(d.admit, ["a", "b"]);
         assert_eq!(
             (
@@ -696,7 +761,7 @@ mod tests {
             (1, true, 1)
         );
         // With failureThreshold 1 below the safety limit, the rollout stops instead.
-        let d = settle(&stop_on_first, Some(&start), &slots, 5);
+        let d = until_persisted(&stop_on_first, Some(&start), &slots, 5);
         assert!(d.state.should_stop);
         assert_eq!(d.admit, ["a"]);
         // Stopped stays stopped.
@@ -716,7 +781,7 @@ mod tests {
             slot("b", false, false, false),
             slot("c", false, false, false),
         ];
-        assert_eq!(settle(&s, None, &slots, 5).admit, ["b", "c"]);
+        assert_eq!(until_persisted(&s, None, &slots, 5).admit, ["b", "c"]);
         let held = step(&s, None, &slots, 5, false);
         assert!(held.admit.is_empty());
         assert_eq!(held.state, initial(0, 0));
@@ -729,7 +794,7 @@ mod tests {
             slot("a", false, true, false),
             slot("b", false, false, false),
         ];
-        let d = settle(&s, None, &slots, 5);
+        let d = until_persisted(&s, None, &slots, 5);
         assert_eq!(d.admit, ["b"]);
         assert_eq!((d.state.current_batch, d.state.last_batch_size), (1, 0));
         // A persisted batch 0 (never started) is treated the same way.

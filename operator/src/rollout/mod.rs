@@ -318,6 +318,7 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     let may_start = !paused && !disabled && missing_policy.is_none();
     let mut active: BTreeSet<String> = BTreeSet::new();
     let mut batch_states: BTreeMap<String, Option<BatchState>> = BTreeMap::new();
+    let mut compartment_slots: Vec<Vec<Slot<'_>>> = Vec::new();
     for c in &compartments {
         let slots: Vec<Slot<'_>> = c
             .nodes
@@ -351,6 +352,7 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             active.extend(admit(&slots, c.ceiling).into_iter().map(str::to_owned));
         }
         batch_states.insert(c.name.clone(), batch_state);
+        compartment_slots.push(slots);
     }
 
     // nodePriority: admitted nodes keep their place until they complete (upstream's stickiness).
@@ -432,7 +434,27 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         }
     }
 
-    // Compartment counts from this pass's outcome (a node can complete during it).
+    // Compartment counts and batch states from this pass's outcome (a node can complete during it).
+    let done_now = |n: &str| {
+        results
+            .get(n)
+            .is_some_and(|(_, status)| *status == Status::Complete)
+    };
+    for (c, slots) in compartments.iter().zip(&compartment_slots) {
+        let (Some(strategy), Some(Some(state))) = (&c.strategy, batch_states.get_mut(&c.name))
+        else {
+            continue;
+        };
+        let after: Vec<Slot<'_>> = slots
+            .iter()
+            .map(|s| Slot {
+                admitted: s.admitted || active.contains(s.node),
+                complete: s.complete || done_now(s.node),
+                ..s.clone()
+            })
+            .collect();
+        *state = batches::settle(strategy, state, &after);
+    }
     let compartment_statuses = compartments
         .iter()
         .map(|c| {

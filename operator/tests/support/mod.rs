@@ -265,3 +265,26 @@ pub async fn wait_nodewright_gone(cluster: &Cluster, client: &kube::Client, name
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Waits until a Job of namespace `ns` carries the `state-recorded: timed-out` marker; returns it.
+pub async fn wait_timed_out_job(cluster: &Cluster, client: &kube::Client, ns: &str) -> Job {
+    let api: Api<Job> = Api::namespaced(client.clone(), ns);
+    cluster
+        .wait_for("a stage recorded as timed out", BOUND, || {
+            let api = api.clone();
+            async move {
+                let jobs = api
+                    .list(&kube::api::ListParams::default())
+                    .await
+                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                Ok(jobs.items.into_iter().find(|j| {
+                    j.annotations()
+                        .get(keys::STATE_RECORDED_ANNOTATION)
+                        .map(String::as_str)
+                        == Some("timed-out")
+                }))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
