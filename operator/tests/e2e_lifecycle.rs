@@ -30,18 +30,16 @@ use nodewright_e2e::PodFate;
 mod support;
 use nodewright_operator::JobHook;
 use nodewright_shared::api::{
-    Interrupt, InterruptType, InterruptionBudget, NodeWright, NodeWrightSpec, Package, Status,
-    Uninstall,
+    Interrupt, InterruptType, InterruptionBudget, NodeWright, NodeWrightSpec, Status, Uninstall,
 };
 use nodewright_shared::keys;
-use nodewright_shared::node_state::{NodeState, Stage, State};
+use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_labelled_nodewright, on_nodes, operator_env, spawn_operator,
-    status_is, wait_nodewright, wait_nodewright_gone,
+    BOUND, Operator, cluster, create_labelled_nodewright, on_nodes, operator_env, package,
+    patch_nodewright, spawn_operator, state_of, status_is, wait_nodewright, wait_nodewright_gone,
 };
 
-/// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
 /// Label that scopes each test's operator to its own NodeWright (distinct from e2e_rollout's).
 const SUITE_LABEL: &str = "nodewright.test/lifecycle";
 
@@ -57,14 +55,6 @@ fn start_operator(
     spawn_operator(client, &env, format!("{SUITE_LABEL}={suite}"), hook, None)
 }
 
-fn package(version: &str) -> Package {
-    Package {
-        version: version.into(),
-        image: "ghcr.io/nvidia/skyhook/agentless".into(),
-        ..Package::default()
-    }
-}
-
 fn interrupt(kind: InterruptType, services: &[&str]) -> Option<Interrupt> {
     Some(Interrupt {
         kind,
@@ -76,24 +66,11 @@ async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSp
     create_labelled_nodewright(client, SUITE_LABEL, name, spec).await
 }
 
-async fn patch_nodewright(client: &kube::Client, name: &str, patch: serde_json::Value) {
-    Api::<NodeWright>::all(client.clone())
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .expect("NodeWright patched");
-}
-
 async fn get_node(client: &kube::Client, node: &str) -> Node {
     Api::<Node>::all(client.clone())
         .get(node)
         .await
         .expect("node")
-}
-
-fn state_of(node: &Node, nodewright: &str) -> Option<NodeState> {
-    node.annotations()
-        .get(&keys::node_state_key(nodewright))
-        .map(|t| NodeState::parse(t).expect("node state parses"))
 }
 
 /// Chooses the fate of a Job's pods (`None`: kwok's default, success).
@@ -148,7 +125,7 @@ async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
         Some(logging_hook(&created, None)),
         &[],
     );
-    let mut cfg = package("1.0.0");
+    let mut cfg = package("1.0.0", &[]);
     cfg.config_map = BTreeMap::from([
         ("settings".to_owned(), "a=1".to_owned()),
         ("containerd.toml".to_owned(), "x=1".to_owned()),
@@ -327,12 +304,12 @@ async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_goin
         enabled: true,
         apply: false,
     });
-    let mut gone = package("1.0.0");
+    let mut gone = package("1.0.0", &[]);
     gone.uninstall = enabled.clone();
     gone.interrupt = interrupt(InterruptType::Noop, &[]);
-    let mut keep = package("2.0.0");
+    let mut keep = package("2.0.0", &[]);
     keep.uninstall = enabled;
-    let plain = package("3.0.0");
+    let plain = package("3.0.0", &[]);
     let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
     create_nodewright(
         &client,
@@ -507,9 +484,9 @@ async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
         Some(logging_hook(&created, None)),
         &[],
     );
-    let mut a = package("1.0.0");
+    let mut a = package("1.0.0", &[]);
     a.interrupt = interrupt(InterruptType::Service, &["containerd"]);
-    let mut b = package("1.0.0");
+    let mut b = package("1.0.0", &[]);
     b.interrupt = interrupt(InterruptType::Service, &["kubelet"]);
     create_nodewright(
         &client,
@@ -658,7 +635,7 @@ async fn reboot_with_reapply_on_reboot_applies_everything_again() {
         .and_then(|s| s.node_info)
         .map(|i| i.boot_id)
         .expect("boot ID");
-    let mut boot = package("1.0.0");
+    let mut boot = package("1.0.0", &[]);
     boot.interrupt = interrupt(InterruptType::Reboot, &[]);
     create_nodewright(
         &client,
@@ -714,7 +691,7 @@ async fn cancelling_an_uninstall_installs_again() {
         Some(logging_hook(&created, Some(fate))),
         &[],
     );
-    let mut pkg = package("1.0.0");
+    let mut pkg = package("1.0.0", &[]);
     pkg.uninstall = Some(Uninstall {
         enabled: true,
         apply: false,

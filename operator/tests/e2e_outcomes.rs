@@ -35,20 +35,19 @@ use nodewright_operator::admin::{Readiness, bind, router, serve};
 use nodewright_operator::metrics::Metrics;
 use nodewright_operator::state_metrics::StateMetrics;
 use nodewright_shared::api::{
-    DeploymentPolicy, DeploymentPolicyOptions, NodeWright, NodeWrightSpec, Package, Status,
+    DeploymentPolicy, DeploymentPolicyOptions, NodeWright, NodeWrightSpec, Status,
 };
 use nodewright_shared::keys;
-use nodewright_shared::node_state::{NodeState, Stage, State};
+use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    on_nodes, operator_env, spawn_operator, wait_status, wait_timed_out_job,
+    node_state, on_nodes, operator_env, package, spawn_operator, wait_status, wait_timed_out_job,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Bound on any wait: far beyond what a rollout needs, only there to end a broken run.
 /// Label that scopes each test's operator to its own NodeWright (distinct from the other suites).
 const SUITE_LABEL: &str = "nodewright.test/outcomes-suite";
 
@@ -69,30 +68,8 @@ fn start_operator(
     )
 }
 
-fn package(version: &str, deps: &[(&str, &str)]) -> Package {
-    Package {
-        version: version.into(),
-        image: "ghcr.io/nvidia/skyhook/agentless".into(),
-        depends_on: deps
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        ..Package::default()
-    }
-}
-
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
     create_labelled_nodewright(client, SUITE_LABEL, name, spec).await
-}
-
-async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> Option<NodeState> {
-    let node: Node = Api::<Node>::all(client.clone())
-        .get(node)
-        .await
-        .expect("node");
-    node.annotations()
-        .get(&keys::node_state_key(nodewright))
-        .map(|text| NodeState::parse(text).expect("node state parses"))
 }
 
 fn stage_of(job: &Job) -> Option<String> {
@@ -580,7 +557,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
         .wait_for("the middle attempt pruned", BOUND, || {
             let pods = pods.clone();
             let uid = uid.clone();
-            let want = want.clone();
+            let middle = attempts[1].name_any();
             async move {
                 let list = pods
                     .list(
@@ -590,12 +567,12 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
                     .await
                     .map_err(|e| cluster.kube_error("pods".into(), e))?;
                 let names: BTreeSet<String> = list.items.iter().map(|p| p.name_any()).collect();
-                Ok((names == want).then_some(names))
+                Ok((!names.contains(&middle)).then_some(names))
             }
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(!kept.contains(&attempts[1].name_any()));
+    assert_eq!(kept, want, "the first and the last attempt stay");
 
     let state = node_state(&client, &node, &ns).await.expect("state");
     let r = state.get("stuck", "1.0.0").expect("record");

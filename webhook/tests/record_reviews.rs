@@ -170,60 +170,28 @@ async fn record_reviews_from_a_real_apiserver() {
     let nodewright = nodewright.to_string_lossy();
     let cycle = repo().join("examples/invalid/depends-on-cycle.yaml");
     let bad_policy = repo().join("examples/invalid/compartment-identical-selector.yaml");
+    let (cycle, bad_policy) = (cycle.to_string_lossy(), bad_policy.to_string_lossy());
+    // Each kubectl command, and whether the apiserver admits it.
+    let steps: [(&[&str], bool); 6] = [
+        (&["apply", "-f", &policy], true),
+        (&["apply", "-f", &nodewright], true),
+        (&["apply", "-f", &cycle], false),
+        (&["apply", "-f", &bad_policy], false),
+        (
+            &[
+                "annotate",
+                "nw",
+                "gpu-host-setup",
+                "example.com/touched=yes",
+            ],
+            true,
+        ),
+        (&["delete", "nwdp", "gpu-rollout"], false),
+    ];
     let mut out = Vec::new();
-    step(
-        &cluster,
-        &recorded,
-        &mut out,
-        &["apply", "-f", &policy],
-        true,
-    )
-    .await;
-    step(
-        &cluster,
-        &recorded,
-        &mut out,
-        &["apply", "-f", &nodewright],
-        true,
-    )
-    .await;
-    step(
-        &cluster,
-        &recorded,
-        &mut out,
-        &["apply", "-f", &cycle.to_string_lossy()],
-        false,
-    )
-    .await;
-    step(
-        &cluster,
-        &recorded,
-        &mut out,
-        &["apply", "-f", &bad_policy.to_string_lossy()],
-        false,
-    )
-    .await;
-    step(
-        &cluster,
-        &recorded,
-        &mut out,
-        &[
-            "annotate",
-            "nw",
-            "gpu-host-setup",
-            "example.com/touched=yes",
-        ],
-        true,
-    )
-    .await;
-    step(
-        &cluster,
-        &recorded,
-        &mut out,
-        &["delete", "nwdp", "gpu-rollout"],
-        false,
-    )
-    .await;
+    for (args, admitted) in steps {
+        step(&cluster, &recorded, &mut out, args, admitted).await;
+    }
 
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recorded");
     let _ = std::fs::remove_dir_all(&target);

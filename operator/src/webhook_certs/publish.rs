@@ -52,26 +52,38 @@ fn kube_err(action: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { action, source }
 }
 
+/// Reads the configuration `name` of kind `K`; `entries` lists its webhooks as (name, caBundle).
+async fn read<K>(
+    api: &Api<K>,
+    name: &str,
+    entries: impl FnOnce(K) -> Vec<(String, String)>,
+) -> Result<Published, Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let found = api
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("reading {} {name}", K::kind(&()))))?;
+    Ok(found.map_or_else(Published::default, |c| Published {
+        exists: true,
+        entries: entries(c),
+    }))
+}
+
 /// Reads the MutatingWebhookConfiguration `name`.
 pub async fn read_mutating(
     api: &Api<MutatingWebhookConfiguration>,
     name: &str,
 ) -> Result<Published, Error> {
-    let found = api.get_opt(name).await.map_err(kube_err(format!(
-        "reading MutatingWebhookConfiguration {name}"
-    )))?;
-    Ok(match found {
-        None => Published::default(),
-        Some(c) => Published {
-            exists: true,
-            entries: c
-                .webhooks
-                .unwrap_or_default()
-                .into_iter()
-                .map(|w| (w.name, pem(w.client_config.ca_bundle.as_ref())))
-                .collect(),
-        },
+    read(api, name, |c| {
+        c.webhooks
+            .into_iter()
+            .flatten()
+            .map(|w| (w.name, pem(w.client_config.ca_bundle.as_ref())))
+            .collect()
     })
+    .await
 }
 
 /// Reads the ValidatingWebhookConfiguration `name`.
@@ -79,21 +91,14 @@ pub async fn read_validating(
     api: &Api<ValidatingWebhookConfiguration>,
     name: &str,
 ) -> Result<Published, Error> {
-    let found = api.get_opt(name).await.map_err(kube_err(format!(
-        "reading ValidatingWebhookConfiguration {name}"
-    )))?;
-    Ok(match found {
-        None => Published::default(),
-        Some(c) => Published {
-            exists: true,
-            entries: c
-                .webhooks
-                .unwrap_or_default()
-                .into_iter()
-                .map(|w| (w.name, pem(w.client_config.ca_bundle.as_ref())))
-                .collect(),
-        },
+    read(api, name, |c| {
+        c.webhooks
+            .into_iter()
+            .flatten()
+            .map(|w| (w.name, pem(w.client_config.ca_bundle.as_ref())))
+            .collect()
     })
+    .await
 }
 
 /// The strategic merge patch setting `bundle` as the caBundle of the entries `names`.
@@ -115,7 +120,7 @@ pub async fn publish<K>(
     bundle: &str,
 ) -> Result<bool, Error>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let stale = published.stale(bundle);
     if !published.exists || stale.is_empty() {

@@ -10,15 +10,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
 use nodewright_operator::config::OperatorConfig;
 use nodewright_operator::state_metrics::StateMetrics;
 use nodewright_operator::{JobHook, RunOptions};
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Status};
 use nodewright_shared::keys;
+use nodewright_shared::node_state::NodeState;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -287,4 +290,70 @@ pub async fn wait_timed_out_job(cluster: &Cluster, client: &kube::Client, ns: &s
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A package of the agentless image at `version`, depending on `deps` (name, version).
+pub fn package(version: &str, deps: &[(&str, &str)]) -> nodewright_shared::api::Package {
+    nodewright_shared::api::Package {
+        version: version.into(),
+        image: "ghcr.io/nvidia/skyhook/agentless".into(),
+        depends_on: deps
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Merge-patches the NodeWright `name`.
+pub async fn patch_nodewright(client: &kube::Client, name: &str, patch: serde_json::Value) {
+    Api::<NodeWright>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("NodeWright patched");
+}
+
+/// Merge-patches the node `name`.
+pub async fn patch_node(client: &kube::Client, name: &str, patch: serde_json::Value) {
+    Api::<Node>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("node patched");
+}
+
+/// Deletes the node `name`.
+pub async fn delete_node(client: &kube::Client, name: &str) {
+    Api::<Node>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("node deleted");
+}
+
+/// The node's state for `nodewright`, if it has one (a malformed one fails the test).
+pub fn state_of(node: &Node, nodewright: &str) -> Option<NodeState> {
+    node.annotations()
+        .get(&keys::node_state_key(nodewright))
+        .map(|t| NodeState::parse(t).expect("node state parses"))
+}
+
+/// Reads the node and returns its state for `nodewright`.
+pub async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> Option<NodeState> {
+    let node = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("node");
+    state_of(&node, nodewright)
+}
+
+/// The NodeWright's condition `type_`.
+pub fn condition<'a>(nw: &'a NodeWright, type_: &str) -> Option<&'a Condition> {
+    nw.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == type_)
+}
+
+/// Whether the condition is `status` with that reason (any reason when `None`).
+pub fn condition_is(nw: &NodeWright, type_: &str, status: &str, reason: Option<&str>) -> bool {
+    condition(nw, type_).is_some_and(|c| c.status == status && reason.is_none_or(|r| c.reason == r))
 }

@@ -701,12 +701,15 @@ async fn install_admit_upgrade_uninstall() {
         .expect("node states");
     let states: Vec<&str> = states.lines().filter(|l| !l.is_empty()).collect();
     assert_eq!(states.len(), nodes, "a node state per node: {states:?}");
-    for state in &states {
-        let state: Value = serde_json::from_str(state).expect("node state json");
+    for text in &states {
+        let state = nodewright_shared::node_state::NodeState::parse(text).expect("node state");
         for package in ["base", "tool"] {
+            let record = state.get(package, "1.0.0");
             assert!(
-                state.to_string().contains(package),
-                "{package} recorded on the node: {state}"
+                record.is_some_and(
+                    |r| r.state == Some(nodewright_shared::node_state::State::Complete)
+                ),
+                "{package} 1.0.0 complete on the node: {text}"
             );
         }
     }

@@ -474,7 +474,12 @@ fn crds_are_the_generated_ones() {
         assert_eq!(rendered, generated, "{crd_name}");
     }
     let not_kept = render(REL, NS, &["--set", "crds.keep=false"]).expect("render");
-    for crd in of_kind(&not_kept, "CustomResourceDefinition") {
+    let crds = of_kind(&not_kept, "CustomResourceDefinition");
+    assert!(
+        !crds.is_empty(),
+        "the CRDs are rendered without the keep policy too"
+    );
+    for crd in crds {
         assert!(crd["metadata"].get("annotations").is_none());
     }
 }
@@ -550,6 +555,10 @@ fn rbac_is_least_privilege() {
         .iter()
         .filter(|r| r["resources"] == json!(["secrets"]))
         .collect();
+    assert!(
+        secret_rules.iter().any(|r| r["verbs"] != json!(["create"])),
+        "the operator reads and updates its Secrets: {secret_rules:?}"
+    );
     for r in &secret_rules {
         if r["verbs"] != json!(["create"]) {
             assert_eq!(
