@@ -58,11 +58,6 @@ impl Readiness {
             .collect()
     }
 
-    /// Whether every cache has synced.
-    pub fn is_ready(&self) -> bool {
-        self.pending().is_empty()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, bool>> {
         // A panic while holding this lock cannot leave the map half-written; keep serving.
         self.caches.lock().unwrap_or_else(|e| e.into_inner())

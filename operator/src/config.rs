@@ -433,12 +433,14 @@ impl OperatorConfig {
     }
 }
 
-/// The problems found so far, with helpers that record one and return `None` on a bad value.
+/// The problems found so far, with helpers that record one and return `None` on a bad value. Shared
+/// with the other settings read from the environment (`webhook_certs::settings`), so every variable
+/// is parsed and reported alike.
 #[derive(Default)]
-struct Problems(Vec<EnvProblem>);
+pub(crate) struct Problems(pub(crate) Vec<EnvProblem>);
 
 impl Problems {
-    fn push(&mut self, var: &'static str, value: String, accepted: String) {
+    pub(crate) fn push(&mut self, var: &'static str, value: String, accepted: String) {
         self.0.push(EnvProblem {
             var,
             value,
@@ -462,7 +464,7 @@ impl Problems {
         }
     }
 
-    fn duration(
+    pub(crate) fn duration(
         &mut self,
         var: &'static str,
         value: String,
@@ -479,7 +481,12 @@ impl Problems {
     }
 
     /// Go's `strconv.ParseBool` spellings (upstream read these with go-envconfig).
-    fn boolean(&mut self, var: &'static str, value: Option<String>, default: bool) -> Option<bool> {
+    pub(crate) fn boolean(
+        &mut self,
+        var: &'static str,
+        value: Option<String>,
+        default: bool,
+    ) -> Option<bool> {
         let Some(value) = value else {
             return Some(default);
         };

@@ -55,8 +55,9 @@ pub fn wanted_package_configmaps(
         .collect()
 }
 
-/// The ConfigMaps labelled with the NodeWright's name (package and node-metadata ones).
-pub async fn list_owned(
+/// The package ConfigMaps of the NodeWright: labelled with its name, not node-metadata ones (one
+/// per node: listing those on every pass would cost a fleet-sized payload for nothing).
+pub async fn list_package_configmaps(
     client: &kube::Client,
     namespace: &str,
     nodewright: &str,
@@ -64,7 +65,7 @@ pub async fn list_owned(
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     Ok(api
         .list(&ListParams::default().labels(&format!(
-            "{}={}",
+            "{}={},!{NODE_META_LABEL}",
             keys::NAME_LABEL,
             naming::label_value(nodewright)
         )))
@@ -76,7 +77,7 @@ pub async fn list_owned(
 }
 
 /// Creates or updates every package ConfigMap of the NodeWright (`existing`: as listed by
-/// [`list_owned`]), except those named in `hold` (a config change that must wait), and deletes the
+/// [`list_package_configmaps`]), except those named in `hold` (a config change that must wait), and deletes the
 /// ones no package needs any more (an old version after an upgrade). Returns the names of the
 /// ConfigMaps whose content changed.
 pub async fn sync_package_configmaps(
@@ -130,8 +131,7 @@ pub async fn sync_package_configmaps(
     }
     for cm in existing {
         let cm_name = cm.name_any();
-        let is_node_meta = cm.labels().contains_key(NODE_META_LABEL);
-        if !is_node_meta && !wanted.contains_key(&cm_name) {
+        if !wanted.contains_key(&cm_name) {
             match api.delete(&cm_name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}

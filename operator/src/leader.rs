@@ -289,11 +289,6 @@ impl LeaderHandle {
         i64::from(self.is_leader())
     }
 
-    /// Leadership changes, as a watch channel.
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.leader_rx.clone()
-    }
-
     /// `spec.leaseTransitions` as last read or written: how often the Lease changed hands.
     pub fn lease_transitions(&self) -> i32 {
         self.transitions.load(Ordering::Relaxed)
@@ -470,19 +465,13 @@ impl Elector {
                     "create",
                 )
             }
-            Decision::Acquire { previous } => {
-                info!(
-                    previous = previous.as_deref().unwrap_or("<none>"),
-                    "taking over the lease"
-                );
-                let lease = claim(current, &decision, &self.config, now);
-                let pp = PostParams::default();
-                (
-                    self.api.replace(&self.config.name, &pp, &lease).await,
-                    "update",
-                )
-            }
-            Decision::Renew => {
+            Decision::Acquire { .. } | Decision::Renew => {
+                if let Decision::Acquire { previous } = &decision {
+                    info!(
+                        previous = previous.as_deref().unwrap_or("<none>"),
+                        "taking over the lease"
+                    );
+                }
                 let lease = claim(current, &decision, &self.config, now);
                 let pp = PostParams::default();
                 (

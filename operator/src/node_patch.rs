@@ -125,6 +125,14 @@ pub fn node_patch(node: &Node, edit: &NodeEdit) -> Option<json_patch::Patch> {
         node.metadata.labels.as_ref(),
         &edit.labels,
     );
+    // `/spec` is created at most once: a second `add /spec {}` would erase what the first filled.
+    let mut spec_exists = node.spec.is_some();
+    let mut ensure_spec = |ops: &mut Vec<Value>| {
+        if !spec_exists {
+            ops.push(add("/spec".to_owned(), Value::Object(Default::default())));
+            spec_exists = true;
+        }
+    };
     if let Some(unschedulable) = edit.unschedulable {
         let current = node
             .spec
@@ -132,9 +140,7 @@ pub fn node_patch(node: &Node, edit: &NodeEdit) -> Option<json_patch::Patch> {
             .and_then(|s| s.unschedulable)
             .unwrap_or(false);
         if current != unschedulable {
-            if node.spec.is_none() {
-                ops.push(add("/spec".to_owned(), Value::Object(Default::default())));
-            }
+            ensure_spec(&mut ops);
             ops.push(add(
                 "/spec/unschedulable".to_owned(),
                 Value::Bool(unschedulable),
@@ -144,9 +150,7 @@ pub fn node_patch(node: &Node, edit: &NodeEdit) -> Option<json_patch::Patch> {
     if let Some(taints) = &edit.taints {
         let current = node.spec.as_ref().and_then(|s| s.taints.as_ref());
         if current.map(Vec::as_slice).unwrap_or_default() != taints.as_slice() {
-            if node.spec.is_none() {
-                ops.push(add("/spec".to_owned(), Value::Object(Default::default())));
-            }
+            ensure_spec(&mut ops);
             ops.push(add(
                 "/spec/taints".to_owned(),
                 serde_json::to_value(taints).unwrap_or(Value::Array(Vec::new())),
@@ -219,6 +223,27 @@ mod tests {
             spec: None,
             status: None,
         }
+    }
+
+    #[test]
+    fn a_missing_spec_is_created_once_for_cordon_and_taints_together() {
+        let edit = NodeEdit {
+            unschedulable: Some(true),
+            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: "k".into(),
+                value: None,
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }]),
+            ..NodeEdit::default()
+        };
+        let patch = node_patch(&node(None), &edit).expect("a change");
+        let mut applied = json!({"metadata": {"resourceVersion": "42"}});
+        json_patch::patch(&mut applied, &patch).expect("applies");
+        assert_eq!(
+            applied["spec"],
+            json!({"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]})
+        );
     }
 
     #[test]

@@ -16,8 +16,6 @@ use nodewright_shared::keys;
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 /// Pod and Job reason for an exceeded `activeDeadlineSeconds`.
 pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
-/// Job failure reason when the retries are spent.
-pub const BACKOFF_LIMIT_EXCEEDED: &str = "BackoffLimitExceeded";
 /// The kubelet's placeholder for a container whose real status it lost (exit code 137).
 pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 const CONTAINER_STATUS_UNKNOWN_EXIT_CODE: i32 = 137;

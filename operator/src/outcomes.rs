@@ -185,7 +185,8 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     // once per Job: the store may not have seen the last pod update yet, and an outcome classified
     // from a stale view would be recorded for good.
     let mut pods = pods_of(&ctx.pods, &uid);
-    if !matches!(classify_job(job, &pods), JobOutcome::Running) {
+    let mut outcome = classify_job(job, &pods);
+    if !matches!(outcome, JobOutcome::Running) {
         pods = pods_api
             .list(
                 &ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
@@ -195,9 +196,10 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
                 "listing the pods of Job {name}"
             )))?
             .items;
+        outcome = classify_job(job, &pods);
     }
     let interrupt = is_interrupt_job(job);
-    match classify_job(job, &pods) {
+    match outcome {
         JobOutcome::Running => {
             // A suspended (paused) Job's pods are killed by the suspension, not by the package.
             let failed = if crate::job_state::is_suspended(job) {

@@ -75,21 +75,14 @@ pub async fn run_instrumented(
         node_tx.clone(),
         cache_stop.clone(),
     ));
-    // One waiter on the store's first sync, fanned out through a watch channel: the store's ready
-    // signal wakes only one of several concurrent waiters.
-    let (synced_tx, synced) = watch::channel(false);
-    {
-        let store = node_store.clone();
+    let synced = synced_flag(node_store.clone(), {
         let readiness = options.readiness.clone();
-        tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
-                if let Some(readiness) = readiness {
-                    readiness.mark_synced("nodes");
-                }
-                let _ = synced_tx.send(true);
+        move || {
+            if let Some(readiness) = readiness {
+                readiness.mark_synced("nodes");
             }
-        });
-    }
+        }
+    });
 
     let election_stop = CancellationToken::new();
     let (mut handle, election) = if config.leader_election {
@@ -132,16 +125,7 @@ pub async fn run_instrumented(
         info!("leading: starting the reconcilers");
         let (pod_store, pod_writer) = reflector::store::<Pod>();
         let (job_store, job_writer) = reflector::store::<Job>();
-        let (jobs_synced_tx, jobs_synced) = watch::channel(false);
-        {
-            // The only waiter on the store's first sync; reconciles read the watch channel.
-            let store = job_store.clone();
-            tokio::spawn(async move {
-                if store.wait_until_ready().await.is_ok() {
-                    let _ = jobs_synced_tx.send(true);
-                }
-            });
-        }
+        let jobs_synced = synced_flag(job_store.clone(), || {});
         let ctx = Arc::new(Context {
             client: client.clone(),
             job_config: config.job_config(),
@@ -185,6 +169,27 @@ pub async fn run_instrumented(
     cache_stop.cancel();
     cache.await?;
     Ok(())
+}
+
+/// A flag that turns true once `store` has listed (and `on_synced` ran). One waiter on the store's
+/// first sync, fanned out through a watch channel: the store's ready signal wakes only one of
+/// several concurrent waiters.
+fn synced_flag<K>(
+    store: reflector::Store<K>,
+    on_synced: impl FnOnce() + Send + 'static,
+) -> watch::Receiver<bool>
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            on_synced();
+            let _ = tx.send(true);
+        }
+    });
+    rx
 }
 
 /// The reconcilers of one term, until its token is cancelled.

@@ -197,7 +197,7 @@ pub async fn sync(
 ) -> Result<bool, ReconcileError> {
     let name = nodewright.name_any();
     let namespace = ctx.config.namespace.as_str();
-    let existing = configmaps::list_owned(&ctx.client, namespace, &name).await?;
+    let existing = configmaps::list_package_configmaps(&ctx.client, namespace, &name).await?;
     let previous = nodewright
         .status
         .as_ref()

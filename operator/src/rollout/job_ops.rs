@@ -2,6 +2,8 @@
 //! rerun, suspend/resume on pause, and drift (an unfinished Job whose package changed is replaced).
 //! Rule kept everywhere: a finished Job is deleted only once its outcome is recorded (DESIGN §4.4).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -111,6 +113,9 @@ pub async fn replace_drifted(
 ) -> Result<usize, ReconcileError> {
     let nw = nodewright.name_any();
     let mut deleted = 0;
+    // One hash per package (a serialisation and two digests), not one per Job: a package has a Job
+    // per stage per node.
+    let mut hashes: BTreeMap<String, String> = BTreeMap::new();
     for job in jobs.iter().filter(|j| !crate::outcome::is_interrupt_job(j)) {
         let finished = is_finished(job);
         let timed_out = recorded(job) == Some(Recorded::TimedOut);
@@ -128,9 +133,19 @@ pub async fn replace_drifted(
         {
             None => !finished,
             Some(package) => {
-                let hash =
-                    drift::package_template_hash(&nw, &annotation.name, package, &ctx.job_config)?;
-                drift::is_stale(job, &hash)
+                let hash = match hashes.get(&annotation.name) {
+                    Some(hash) => hash,
+                    None => {
+                        let hash = drift::package_template_hash(
+                            &nw,
+                            &annotation.name,
+                            package,
+                            &ctx.job_config,
+                        )?;
+                        hashes.entry(annotation.name.clone()).or_insert(hash)
+                    }
+                };
+                drift::is_stale(job, hash)
             }
         };
         if stale {

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
+use crate::config::Problems;
+use crate::naming;
 use nodewright_certs::rotation::Policy;
 use nodewright_shared::defaults::EnvProblem;
-use nodewright_shared::duration::GoDuration;
 
 /// `true` turns the controller on (the chart sets it in `certs.mode=self-managed`). Default off: a
 /// bare operator never writes Secrets or webhook configurations nobody asked for.
@@ -94,28 +95,23 @@ impl Settings {
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
-        let mut problems = Vec::new();
-        match get(ENV_MANAGED).as_deref() {
-            None | Some("false" | "FALSE" | "False" | "0" | "f") => return Ok(None),
-            Some("true" | "TRUE" | "True" | "1" | "t") => {}
-            Some(other) => {
-                push(
-                    &mut problems,
-                    ENV_MANAGED,
-                    other,
-                    "true or false (default false)",
-                );
-                return Err(SettingsError { problems });
+        let mut problems = Problems::default();
+        match problems.boolean(ENV_MANAGED, get(ENV_MANAGED), false) {
+            Some(false) => return Ok(None),
+            Some(true) => {}
+            None => {
+                return Err(SettingsError {
+                    problems: problems.0,
+                });
             }
         }
         let mut name = |var: &'static str, default: &str, max: usize| {
             let value = get(var).unwrap_or_else(|| default.to_owned());
-            if !is_dns_name(&value, max) {
-                push(
-                    &mut problems,
+            if value.len() > max || !naming::is_dns_subdomain(&value) {
+                problems.push(
                     var,
-                    &value,
-                    &format!(
+                    value.clone(),
+                    format!(
                         "a DNS-1123 name of at most {max} characters (a-z, 0-9, '-', '.'), e.g. {default:?}"
                     ),
                 );
@@ -138,47 +134,41 @@ impl Settings {
             .collect();
         if extra_names
             .iter()
-            .any(|n| n.parse::<std::net::IpAddr>().is_err() && !is_dns_name(n, 253))
+            .any(|n| n.parse::<std::net::IpAddr>().is_err() && !naming::is_dns_subdomain(n))
         {
-            push(
-                &mut problems,
+            problems.push(
                 ENV_EXTRA_NAMES,
-                &extra_text,
-                "comma-separated DNS names or IP addresses, e.g. \"127.0.0.1,webhook.example.com\"",
+                extra_text,
+                "comma-separated DNS names or IP addresses, e.g. \"127.0.0.1,webhook.example.com\""
+                    .to_owned(),
             );
         }
         let mut duration = |var: &'static str, default: &str, min: Duration| {
             let text = get(var).unwrap_or_else(|| default.to_owned());
-            match GoDuration::parse(&text).ok().and_then(GoDuration::to_std) {
-                Some(d) if d >= min => d,
-                _ => {
-                    push(
-                        &mut problems,
-                        var,
-                        &text,
-                        &format!(
-                            "a Go duration of at least {}s, e.g. {default:?}",
-                            min.as_secs()
-                        ),
-                    );
-                    Duration::ZERO
-                }
-            }
+            let accepted = format!(
+                "a Go duration of at least {}s, e.g. {default:?}",
+                min.as_secs()
+            );
+            problems
+                .duration(var, text, &accepted, |d| d >= min)
+                .unwrap_or(Duration::ZERO)
         };
         let ca_validity = duration(ENV_CA_VALIDITY, "43800h", Duration::from_secs(86_400));
         let serving_validity = duration(ENV_CERT_VALIDITY, "2160h", Duration::from_secs(3600));
         let propagation = duration(ENV_PROPAGATION, "3m", Duration::ZERO);
         let defaults = Policy::default();
-        if problems.is_empty() && serving_validity > ca_validity {
-            push(
-                &mut problems,
+        if problems.0.is_empty() && serving_validity > ca_validity {
+            problems.push(
                 ENV_CERT_VALIDITY,
-                &get(ENV_CERT_VALIDITY).unwrap_or_default(),
-                "at most WEBHOOK_CA_VALIDITY: a serving certificate cannot outlive its CA",
+                get(ENV_CERT_VALIDITY).unwrap_or_default(),
+                "at most WEBHOOK_CA_VALIDITY: a serving certificate cannot outlive its CA"
+                    .to_owned(),
             );
         }
-        if !problems.is_empty() {
-            return Err(SettingsError { problems });
+        if !problems.0.is_empty() {
+            return Err(SettingsError {
+                problems: problems.0,
+            });
         }
         Ok(Some(Settings {
             namespace,
@@ -197,29 +187,6 @@ impl Settings {
             },
         }))
     }
-}
-
-fn push(problems: &mut Vec<EnvProblem>, var: &'static str, value: &str, accepted: &str) {
-    problems.push(EnvProblem {
-        var,
-        value: value.to_owned(),
-        accepted: accepted.to_owned(),
-    });
-}
-
-/// A DNS-1123 subdomain (lower-case labels of a-z, 0-9 and '-', joined by dots) of at most `max`.
-fn is_dns_name(s: &str, max: usize) -> bool {
-    !s.is_empty()
-        && s.len() <= max
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 #[cfg(test)]
