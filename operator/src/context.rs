@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::Store;
+use nodewright_shared::api::NodeWright;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::OperatorConfig;
@@ -58,6 +59,10 @@ pub struct Context {
     /// that may not have seen the last pod update yet. Trimmed to metadata, status and `nodeName`
     /// ([`crate::cache_trim::pod`]).
     pub pods: Store<Pod>,
+    /// The NodeWrights this operator reconciles: the rollout controller's store (it delays every
+    /// reconcile until the store has listed). Read for the ordering between NodeWrights and the
+    /// runtime-required taint, instead of a LIST on every pass.
+    pub nodewrights: Store<NodeWright>,
     /// The operator's own Jobs, fed by the rollout controller's Job watch (so an event that triggers
     /// a rollout pass is already in the store that pass reads) and trimmed of managed fields. It
     /// replaces a LIST of a NodeWright's Jobs on every pass; see [`Context::jobs_synced`].

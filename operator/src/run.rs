@@ -124,6 +124,7 @@ pub async fn run_instrumented(
         }
         info!("leading: starting the reconcilers");
         let (pod_store, pod_writer) = reflector::store::<Pod>();
+        let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
         let (job_store, job_writer) = reflector::store::<Job>();
         let jobs_synced = synced_flag(job_store.clone(), || {});
         let ctx = Arc::new(Context {
@@ -132,6 +133,7 @@ pub async fn run_instrumented(
             config: config.clone(),
             nodes: node_store.clone(),
             pods: pod_store,
+            nodewrights: nodewright_store,
             jobs: job_store,
             jobs_synced,
             term: stop.clone(),
@@ -147,7 +149,14 @@ pub async fn run_instrumented(
                 stop.clone(),
             ))
         });
-        run_term(ctx, node_tx.subscribe(), pod_writer, job_writer).await;
+        run_term(
+            ctx,
+            node_tx.subscribe(),
+            nodewright_writer,
+            pod_writer,
+            job_writer,
+        )
+        .await;
         stop.cancel();
         if let Some(certs) = certs {
             match certs.await {
@@ -196,6 +205,7 @@ where
 async fn run_term(
     ctx: Arc<Context>,
     node_triggers: broadcast::Receiver<()>,
+    nodewright_writer: reflector::store::Writer<NodeWright>,
     pod_writer: reflector::store::Writer<Pod>,
     job_writer: reflector::store::Writer<Job>,
 ) {
@@ -219,7 +229,12 @@ async fn run_term(
             .modify(cache_trim::job_for_rollout),
     )
     .touched_objects();
-    let rollout = Controller::new(Api::<NodeWright>::all(client.clone()), nodewrights)
+    let nodewright_events = reflector(
+        nodewright_writer,
+        watcher(Api::<NodeWright>::all(client.clone()), nodewrights).default_backoff(),
+    )
+    .applied_objects();
+    let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
         .watches_stream(job_events, |job: Job| {
             job.metadata
                 .owner_references

@@ -65,6 +65,11 @@ pub struct TaintParseError {
 }
 
 impl RuntimeTaint {
+    /// Whether `taint` is this one as Kubernetes' `MatchTaint` sees it: same key and effect, any value.
+    pub fn matches(&self, taint: &k8s_openapi::api::core::v1::Taint) -> bool {
+        taint.key == self.key && taint.effect == self.effect
+    }
+
     /// Parses kubectl taint syntax. A removal (`key-`) is rejected: the operator needs a taint to
     /// tolerate, not one to delete.
     pub fn parse(text: &str) -> Result<Self, TaintParseError> {

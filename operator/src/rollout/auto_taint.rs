@@ -43,7 +43,7 @@ fn has_taint(node: &Node, taint: &RuntimeTaint) -> bool {
     node.spec
         .iter()
         .flat_map(|s| s.taints.iter().flatten())
-        .any(|t| t.key == taint.key && t.effect == taint.effect)
+        .any(|t| taint.matches(t))
 }
 
 /// Whether a NodeWright asks for new nodes to be tainted: `runtimeRequired` and `autoTaintNewNodes`

@@ -307,6 +307,12 @@ pub fn settle(strategy: &DeploymentStrategy, state: &BatchState, slots: &[Slot<'
     evaluate(strategy, state, complete, failed, slots.len())
 }
 
+/// The policy-level reset setting of a legacy `interruptionBudget` rollout (no policy): off, as
+/// upstream (upstream-operator.md §4.5: legacy batches never reset). Its fixed strategy has no failure
+/// threshold, so nothing ever waits on a reset; the batch count keeps telling how many batches the
+/// rollouts took. The NodeWright's own `deploymentPolicyOptions` still win.
+pub const LEGACY_RESET: Option<bool> = Some(false);
+
 /// Whether batch states are reset on completion and on a version change: the NodeWright's
 /// `deploymentPolicyOptions` win, then the policy's setting, else true (the documented default, and
 /// what the CRD defaulting gives every object created through the API).
@@ -318,19 +324,6 @@ pub fn reset_enabled(nodewright: &NodeWright, policy_setting: Option<bool>) -> b
         .and_then(|o| o.reset_batch_state_on_completion)
         .or(policy_setting)
         .unwrap_or(true)
-}
-
-/// Whether the batch state of a legacy `interruptionBudget` rollout (no policy) is reset: only when
-/// the NodeWright's own `deploymentPolicyOptions` say so (upstream-operator.md §4.5: legacy batches
-/// never reset). Its fixed strategy has no failure threshold, so nothing ever waits on a reset; the
-/// batch count keeps telling how many batches the rollouts took.
-pub fn legacy_reset_enabled(nodewright: &NodeWright) -> bool {
-    nodewright
-        .spec
-        .deployment_policy_options
-        .as_ref()
-        .and_then(|o| o.reset_batch_state_on_completion)
-        .unwrap_or(false)
 }
 
 /// Whether a package kept in the spec changed version since `old_package_list` (the status'
@@ -835,9 +828,9 @@ mod tests {
         assert!(!reset_enabled(&nodewright(&[], None), Some(false)));
         assert!(reset_enabled(&nodewright(&[], Some(true)), Some(false)));
         assert!(!reset_enabled(&nodewright(&[], Some(false)), Some(true)));
-        // Legacy (no policy): never, unless the NodeWright says so.
-        assert!(!legacy_reset_enabled(&nodewright(&[], None)));
-        assert!(legacy_reset_enabled(&nodewright(&[], Some(true))));
+        // Legacy (no policy, which stands for a `false` setting): never, unless the NodeWright says so.
+        assert!(!reset_enabled(&nodewright(&[], None), LEGACY_RESET));
+        assert!(reset_enabled(&nodewright(&[], Some(true)), LEGACY_RESET));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use nodewright_shared::api::{
     BatchState, CompartmentStatus, DeploymentPolicy, NodeWright, NodeWrightStatus, Status,
@@ -95,7 +95,7 @@ pub fn error_policy(
     Action::requeue(Duration::from_secs(10))
 }
 
-fn annotation_on(nodewright: &NodeWright, key: &str) -> bool {
+pub(crate) fn annotation_on(nodewright: &NodeWright, key: &str) -> bool {
     nodewright.annotations().get(key).is_some_and(|v| v == ON)
 }
 
@@ -157,17 +157,12 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         (&a.metadata.creation_timestamp, a.metadata.name.as_deref())
             .cmp(&(&b.metadata.creation_timestamp, b.metadata.name.as_deref()))
     });
-    let mut others = ListParams::default();
-    if let Some(selector) = &ctx.options.nodewright_selector {
-        others = others.labels(selector);
-    }
-    let all_nodewrights = Api::<NodeWright>::all(ctx.client.clone())
-        .list(&others)
-        .await
-        .map_err(ReconcileError::api(
-            "listing NodeWrights to order them and to taint new nodes",
-        ))?
-        .items;
+    let all_nodewrights: Vec<NodeWright> = ctx
+        .nodewrights
+        .state()
+        .iter()
+        .map(|n| NodeWright::clone(n))
+        .collect();
     // New nodes are tainted before anything else is written to them (upstream: first in reconcile).
     let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
     if auto_taint::taint_new_nodes(ctx, &all_nodewrights, &node_refs).await? > 0 {
@@ -231,9 +226,9 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         }
     };
 
-    let gates = priority::gates(&nw, &all_nodewrights);
     let every_node = ctx.nodes.state();
     let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
+    let gates = priority::gates(&nw, &all_nodewrights, &every_node);
 
     let tolerations = selection_tolerations(&nw, &ctx.job_config.runtime_required_taint);
     let mut rows: BTreeMap<String, NodeRow> = BTreeMap::new();
@@ -260,7 +255,7 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
                 node: node.clone(),
                 state,
                 blocked,
-                waits: priority::waits(&gates, node, &every_node),
+                waits: priority::waits(&gates, node),
                 complete,
                 timed_out,
             },
@@ -309,10 +304,12 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             .await;
     }
     let compartments = compartments::compartments(&nw, policy.as_ref(), &node_refs);
-    let reset_batches = match &policy {
-        Some(p) => batches::reset_enabled(&nw, p.spec.reset_batch_state_on_completion),
-        None => batches::legacy_reset_enabled(&nw),
-    };
+    let reset_batches = batches::reset_enabled(
+        &nw,
+        policy.as_ref().map_or(batches::LEGACY_RESET, |p| {
+            p.spec.reset_batch_state_on_completion
+        }),
+    );
     // A version change starts a new rollout: its batches begin afresh (when reset is enabled).
     let fresh_batches = reset_batches && batches::versions_changed(&old_status.package_list, &nw);
     let may_start = !paused && !disabled && missing_policy.is_none();
@@ -374,6 +371,11 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     }
     let mut order: Vec<(&Time, &String)> = node_priority.iter().map(|(n, t)| (t, n)).collect();
     order.sort();
+    let position: BTreeMap<&str, usize> = order
+        .iter()
+        .enumerate()
+        .map(|(i, (_, n))| (n.as_str(), i))
+        .collect();
 
     let mut results: BTreeMap<String, (Option<NodeState>, Status)> = BTreeMap::new();
     let mut first_error: Option<ReconcileError> = None;
@@ -392,11 +394,11 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             continue;
         };
         if facts.active && !facts.blocked && !row.waits {
-            let position = order
-                .iter()
-                .position(|(_, n)| *n == node_name)
+            let index = position
+                .get(node_name.as_str())
+                .copied()
                 .unwrap_or_default();
-            let node_order = i64::try_from(position).unwrap_or_default() + i64::from(offset);
+            let node_order = i64::try_from(index).unwrap_or_default() + i64::from(offset);
             match node_work::advance(ctx, &nw, &row.node, state.clone(), &jobs, node_order).await {
                 Ok(done) => {
                     draining |= done.draining;
@@ -458,16 +460,11 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     let compartment_statuses = compartments
         .iter()
         .map(|c| {
-            let done = |n: &String| {
-                results
-                    .get(n)
-                    .is_some_and(|(_, status)| *status == Status::Complete)
-            };
-            let completed = c.nodes.iter().filter(|n| done(n)).count();
+            let completed = c.nodes.iter().filter(|n| done_now(n)).count();
             let in_progress = c
                 .nodes
                 .iter()
-                .filter(|n| active.contains(*n) && !done(n))
+                .filter(|n| active.contains(*n) && !done_now(n))
                 .count();
             let status = CompartmentStatus {
                 matched: to_i32(c.nodes.len()),

@@ -60,8 +60,6 @@ pub struct NodeResult {
     pub state: NodeState,
     /// Its status.
     pub status: Status,
-    /// A stage timed out.
-    pub timed_out: bool,
     /// Work is held back until the node drains (nothing else will trigger the next pass).
     pub draining: bool,
 }
@@ -137,7 +135,6 @@ pub async fn advance(
         return Ok(NodeResult {
             state: p.state,
             status,
-            timed_out: p.timed_out,
             draining,
         });
     }
@@ -145,7 +142,6 @@ pub async fn advance(
     Ok(NodeResult {
         state,
         status: Status::Blocked,
-        timed_out: false,
         draining: false,
     })
 }

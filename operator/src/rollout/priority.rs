@@ -22,31 +22,42 @@ fn complete_on(nodewright: &NodeWright, node: &Node) -> bool {
         .is_some_and(|s| all_done(&nodewright.spec.packages, &s))
 }
 
-/// The NodeWrights that can hold `this` back: preceding and not disabled.
-pub fn gates<'a>(this: &NodeWright, all: &'a [NodeWright]) -> Vec<&'a NodeWright> {
+/// A NodeWright that can hold `this` back, compiled once per pass.
+pub struct Gate<'a> {
+    nodewright: &'a NodeWright,
+    selection: NodeSelection,
+    /// `sequencing: all` and not complete on every node it selects: it holds back every node.
+    holds_everywhere: bool,
+}
+
+/// The NodeWrights that can hold `this` back (preceding and not disabled), each with its selector
+/// compiled and, for `sequencing: all`, its fleet-wide completion computed once over `nodes` (every
+/// node), so [`waits`] is a cheap per-node check.
+pub fn gates<'a>(this: &NodeWright, all: &'a [NodeWright], nodes: &[&Node]) -> Vec<Gate<'a>> {
     all.iter()
         .filter(|o| o.name_any() != this.name_any() && precedes(o, this))
-        .filter(|o| {
-            o.annotations()
-                .get(keys::DISABLE_ANNOTATION)
-                .is_none_or(|v| v != "true")
+        .filter(|o| !super::annotation_on(o, keys::DISABLE_ANNOTATION))
+        .filter_map(|o| {
+            let selection = NodeSelection::of(o).ok()?;
+            let holds_everywhere = o.spec.sequencing == Sequencing::All
+                && nodes
+                    .iter()
+                    .filter(|n| selection.matches(n.labels()))
+                    .any(|n| !complete_on(o, n));
+            Some(Gate {
+                nodewright: o,
+                selection,
+                holds_everywhere,
+            })
         })
         .collect()
 }
 
-/// Whether `node` must wait for an earlier NodeWright. `nodes` is every node (for `sequencing: all`).
-pub fn waits(gates: &[&NodeWright], node: &Node, nodes: &[&Node]) -> bool {
-    gates.iter().any(|o| {
-        let Ok(selection) = NodeSelection::of(o) else {
-            return false;
-        };
-        match o.spec.sequencing {
-            Sequencing::All => nodes
-                .iter()
-                .filter(|n| selection.matches(n.labels()))
-                .any(|n| !complete_on(o, n)),
-            Sequencing::Node => selection.matches(node.labels()) && !complete_on(o, node),
-        }
+/// Whether `node` must wait for an earlier NodeWright.
+pub fn waits(gates: &[Gate<'_>], node: &Node) -> bool {
+    gates.iter().any(|g| match g.nodewright.spec.sequencing {
+        Sequencing::All => g.holds_everywhere,
+        Sequencing::Node => g.selection.matches(node.labels()) && !complete_on(g.nodewright, node),
     })
 }
 
@@ -109,13 +120,13 @@ mod tests {
         let first = nodewright("first", 1, Sequencing::Node);
         let second = nodewright("second", 2, Sequencing::Node);
         let all = [first.clone(), second.clone()];
-        let g = gates(&second, &all);
-        assert_eq!(g.len(), 1);
-        assert!(gates(&first, &all).is_empty());
         let (done, busy) = (node("a", &["first"]), node("b", &[]));
         let nodes = [&done, &busy];
-        assert!(!waits(&g, &done, &nodes));
-        assert!(waits(&g, &busy, &nodes));
+        let g = gates(&second, &all, &nodes);
+        assert_eq!(g.len(), 1);
+        assert!(gates(&first, &all, &nodes).is_empty());
+        assert!(!waits(&g, &done));
+        assert!(waits(&g, &busy));
     }
 
     #[test]
@@ -123,11 +134,10 @@ mod tests {
         let first = nodewright("first", 1, Sequencing::All);
         let second = nodewright("second", 2, Sequencing::Node);
         let all = [first, second.clone()];
-        let g = gates(&second, &all);
         let (done, busy) = (node("a", &["first"]), node("b", &[]));
-        assert!(waits(&g, &done, &[&done, &busy]));
+        assert!(waits(&gates(&second, &all, &[&done, &busy]), &done));
         let other_done = node("b", &["first"]);
-        assert!(!waits(&g, &done, &[&done, &other_done]));
+        assert!(!waits(&gates(&second, &all, &[&done, &other_done]), &done));
     }
 
     #[test]
@@ -140,6 +150,6 @@ mod tests {
             "true".to_owned(),
         )]));
         let all = [first, second.clone()];
-        assert!(gates(&second, &all).is_empty());
+        assert!(gates(&second, &all, &[]).is_empty());
     }
 }

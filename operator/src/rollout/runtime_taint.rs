@@ -30,11 +30,13 @@ pub fn runtime_ready(all: &[NodeWright], node: &Node) -> bool {
 /// The node's taints without the runtime-required one, when it carries it.
 pub fn without_runtime_taint(node: &Node, taint: &RuntimeTaint) -> Option<Vec<Taint>> {
     let taints = node.spec.as_ref()?.taints.as_ref()?;
-    let matches = |t: &Taint| t.key == taint.key && t.effect == taint.effect;
-    taints
-        .iter()
-        .any(matches)
-        .then(|| taints.iter().filter(|t| !matches(t)).cloned().collect())
+    taints.iter().any(|t| taint.matches(t)).then(|| {
+        taints
+            .iter()
+            .filter(|t| !taint.matches(t))
+            .cloned()
+            .collect()
+    })
 }
 
 #[cfg(test)]
