@@ -14,17 +14,17 @@
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::ResourceExt;
-use kube::api::Api;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use tracing::info;
 
+use super::node_work::write_node;
 use super::selection::NodeSelection;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::jobs::RuntimeTaint;
 use crate::naming;
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::node_patch::NodeEdit;
 
 /// The marker value.
 const TAINTED: &str = "true";
@@ -94,36 +94,15 @@ pub async fn taint_new_nodes(
     nodes: &[&Node],
 ) -> Result<usize, ReconcileError> {
     let taint = &ctx.job_config.runtime_required_taint;
-    let api: Api<Node> = Api::all(ctx.client.clone());
     let mut tainted = 0;
     for cached in nodes.iter().filter(|n| needs_taint(all, n, taint)) {
-        let node_name = cached.name_any();
-        let mut node = (*cached).clone();
-        for attempt in 0..4 {
-            if !needs_taint(all, &node, taint) {
-                break;
-            }
-            if !ctx.leading() {
-                return Err(ReconcileError::TermEnded);
-            }
-            match node_patch::apply(&api, &node, &taint_edit(&node, taint)).await {
-                Ok(_) => {
-                    info!(node = %node_name, taint = %taint.key, "tainted a new node until its runtime-required NodeWrights complete");
-                    tainted += 1;
-                    break;
-                }
-                Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
-                    match api
-                        .get_opt(&node_name)
-                        .await
-                        .map_err(ReconcileError::api(format!("reading node {node_name}")))?
-                    {
-                        Some(fresh) => node = fresh,
-                        None => break,
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
+        let written = write_node(ctx, cached, |node| {
+            needs_taint(all, node, taint).then(|| taint_edit(node, taint))
+        })
+        .await?;
+        if written.is_some() {
+            info!(node = %cached.name_any(), taint = %taint.key, "tainted a new node until its runtime-required NodeWrights complete");
+            tainted += 1;
         }
     }
     Ok(tainted)

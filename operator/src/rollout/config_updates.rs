@@ -27,12 +27,12 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::{Map, Value, json};
 use tracing::info;
 
-use super::node_work::{parse_state, reread};
+use super::node_work::{parse_state, write_node};
 use crate::configmaps;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::jobs::merge_interrupts;
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::node_patch::NodeEdit;
 
 /// Shell-glob match of a configInterrupts key against a ConfigMap key (Go's `filepath.Match`
 /// without the path separator, which ConfigMap keys cannot contain): `*` any run, `?` any one
@@ -300,40 +300,19 @@ async fn queue_on_node(
     if changes.is_empty() {
         return Ok(());
     }
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let node_name = node.name_any();
-    let mut node = node.clone();
-    let mut state = parse_state(&node, nodewright);
-    for attempt in 0..4 {
-        let Some(mut s) = state else {
-            return Ok(());
-        };
+    write_node(ctx, node, |node| {
+        let mut state = parse_state(node, nodewright)?;
         let mut changed = false;
         for (package, version) in changes {
-            changed |= queue(&mut s, package, version);
+            changed |= queue(&mut state, package, version);
         }
-        if !changed {
-            return Ok(());
-        }
-        let mut edit = NodeEdit::default();
-        edit.annotate(keys::node_state_key(nodewright), s.to_annotation());
-        if !ctx.leading() {
-            return Err(ReconcileError::TermEnded);
-        }
-        match node_patch::apply(&api, &node, &edit).await {
-            Ok(_) => return Ok(()),
-            Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
-                match reread(ctx, nodewright, &node_name).await? {
-                    Some((fresh, fresh_state)) => {
-                        node = fresh;
-                        state = fresh_state;
-                    }
-                    None => return Ok(()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+        changed.then(|| {
+            let mut edit = NodeEdit::default();
+            edit.annotate(keys::node_state_key(nodewright), state.to_annotation());
+            edit
+        })
+    })
+    .await?;
     Ok(())
 }
 

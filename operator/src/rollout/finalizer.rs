@@ -14,11 +14,11 @@ use nodewright_shared::keys;
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::node_work::reread;
+use super::node_work::write_node;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::interrupts;
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::node_patch::NodeEdit;
 
 /// Whether the NodeWright carries the finalizer.
 pub fn has_finalizer(nodewright: &NodeWright) -> bool {
@@ -73,26 +73,8 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
     if !has_finalizer(nodewright) {
         return Ok(Action::await_change());
     }
-    let api: Api<Node> = Api::all(ctx.client.clone());
     for cached in ctx.nodes.state() {
-        let node_name = cached.name_any();
-        let mut node = (*cached).clone();
-        for attempt in 0..4 {
-            let edit = cleanup_edit(&node, &name);
-            if !ctx.leading() {
-                return Err(ReconcileError::TermEnded);
-            }
-            match node_patch::apply(&api, &node, &edit).await {
-                Ok(_) => break,
-                Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
-                    match reread(ctx, &name, &node_name).await? {
-                        Some((fresh, _)) => node = fresh,
-                        None => break,
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        write_node(ctx, &cached, |node| Some(cleanup_edit(node, &name))).await?;
         crate::node_conditions::remove(ctx, &cached, &name).await?;
     }
     let index = nodewright

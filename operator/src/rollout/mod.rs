@@ -47,11 +47,11 @@ use crate::error::ReconcileError;
 use crate::interrupts;
 use crate::job_state::JobIndex;
 use crate::naming;
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::node_patch::NodeEdit;
 use crate::state_metrics::{self, Outcome};
 
 use self::budget::{Slot, admit};
-use self::node_work::{parse_state, reread, status_edit};
+use self::node_work::{parse_state, status_edit};
 use self::selection::{Blocker, NodeSelection, blocker, selection_tolerations};
 use self::status::{NodeFacts, StatusInput, any_erroring, node_status};
 
@@ -542,33 +542,19 @@ async fn mark_node(
     complete: bool,
     lift_runtime_taint: bool,
 ) -> Result<(), ReconcileError> {
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let node_name = node.name_any();
-    let mut node = node.clone();
-    for attempt in 0..4 {
+    node_work::write_node(ctx, node, |node| {
         let mut edit = NodeEdit::default();
         status_edit(&mut edit, nodewright, status);
         if complete {
-            interrupts::uncordon(&mut edit, &node, nodewright);
+            interrupts::uncordon(&mut edit, node, nodewright);
         }
         if lift_runtime_taint {
             edit.taints =
-                runtime_taint::without_runtime_taint(&node, &ctx.job_config.runtime_required_taint);
+                runtime_taint::without_runtime_taint(node, &ctx.job_config.runtime_required_taint);
         }
-        if !ctx.leading() {
-            return Err(ReconcileError::TermEnded);
-        }
-        match node_patch::apply(&api, &node, &edit).await {
-            Ok(_) => return Ok(()),
-            Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
-                match reread(ctx, nodewright, &node_name).await? {
-                    Some((fresh, _)) => node = fresh,
-                    None => return Ok(()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+        Some(edit)
+    })
+    .await?;
     Ok(())
 }
 

@@ -28,6 +28,43 @@ pub fn status_edit(edit: &mut NodeEdit, nodewright: &str, status: Status) {
     edit.label(keys::node_status_key(nodewright), status.as_str());
 }
 
+/// Writes to `node` the edit that `edit` computes from it (`None`: nothing to do), with the
+/// resourceVersion precondition; on a conflict reads the node again and recomputes, up to 4 attempts.
+/// Returns the node as written, or `None` when nothing was written (no change, or the node is gone).
+/// The one loop every node writer of a rollout pass uses, so none can lose another's update.
+pub async fn write_node(
+    ctx: &Context,
+    node: &Node,
+    mut edit: impl FnMut(&Node) -> Option<NodeEdit>,
+) -> Result<Option<Node>, ReconcileError> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let node_name = node.name_any();
+    let mut node = node.clone();
+    for attempt in 0..4 {
+        let Some(change) = edit(&node) else {
+            return Ok(None);
+        };
+        if !ctx.leading() {
+            return Err(ReconcileError::TermEnded);
+        }
+        match node_patch::apply(&api, &node, &change).await {
+            Ok(written) => return Ok(written),
+            Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
+                match api
+                    .get_opt(&node_name)
+                    .await
+                    .map_err(ReconcileError::api(format!("reading node {node_name}")))?
+                {
+                    Some(fresh) => node = fresh,
+                    None => return Ok(None),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
 /// Reads a node from the API server (not the cache) with its parsed state; `None` when it is gone.
 pub async fn reread(
     ctx: &Context,

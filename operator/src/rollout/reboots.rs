@@ -17,10 +17,10 @@ use nodewright_shared::keys;
 use serde_json::json;
 use tracing::info;
 
-use super::node_work::reread;
+use super::node_work::write_node;
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::node_patch::NodeEdit;
 
 /// The node's current boot ID, if the kubelet reported one.
 pub fn boot_id(node: &Node) -> Option<&str> {
@@ -90,25 +90,9 @@ pub async fn reset_rebooted(
     if rebooted.is_empty() {
         return Ok(false);
     }
-    let api: Api<Node> = Api::all(ctx.client.clone());
     for cached in rebooted {
         let node_name = cached.name_any();
-        let mut node = cached.clone();
-        for attempt in 0..4 {
-            if !ctx.leading() {
-                return Err(ReconcileError::TermEnded);
-            }
-            match node_patch::apply(&api, &node, &reset_edit(&name)).await {
-                Ok(_) => break,
-                Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
-                    match reread(ctx, &name, &node_name).await? {
-                        Some((fresh, _)) => node = fresh,
-                        None => break,
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        write_node(ctx, cached, |_| Some(reset_edit(&name))).await?;
         info!(nodewright = %name, node = %node_name, "node rebooted: reset its state (REAPPLY_ON_REBOOT)");
         ctx.events
             .on_node(
