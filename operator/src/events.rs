@@ -62,6 +62,12 @@ impl Events {
             .await;
     }
 
+    /// A Warning Event on a node.
+    pub async fn warn_on_node(&self, node: &Node, reason: &str, note: String) {
+        self.publish(node.object_ref(&()), EventType::Warning, reason, note)
+            .await;
+    }
+
     /// A Normal Event on a node.
     pub async fn on_node(&self, node: &Node, reason: &str, note: String) {
         self.publish(node.object_ref(&()), EventType::Normal, reason, note)

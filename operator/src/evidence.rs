@@ -19,7 +19,9 @@ use tracing::{debug, info};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::outcome::{is_disrupted, is_genuine_failure};
+use crate::outcome::{
+    CONTAINER_STATUS_UNKNOWN, is_disrupted, is_genuine_failure, terminated_with_failure,
+};
 
 /// Most bytes of the annotation (annotations share a 256 KiB budget per object).
 pub const MAX_BYTES: usize = 4096;
@@ -90,8 +92,10 @@ pub fn stuck_container(pods: &[Pod]) -> Option<Stuck> {
         .last_state
         .as_ref()
         .is_some_and(|s| s.terminated.is_some());
-    match state.and_then(|s| s.waiting.as_ref()) {
-        Some(waiting) if !ran_before => Some(Stuck::NeverStarted {
+    if let Some(waiting) = state.and_then(|s| s.waiting.as_ref())
+        && !ran_before
+    {
+        return Some(Stuck::NeverStarted {
             pod: name,
             container: Some(c.name.clone()),
             reason: waiting
@@ -99,32 +103,39 @@ pub fn stuck_container(pods: &[Pod]) -> Option<Stuck> {
                 .clone()
                 .unwrap_or_else(|| "Waiting".to_owned()),
             message: waiting.message.clone(),
-        }),
-        _ => Some(Stuck::Ran {
-            pod: name,
-            container: c.name.clone(),
-        }),
+        });
     }
+    // The kubelet's placeholder for a container it never ran (or lost): no log exists either.
+    if let Some(placeholder) = state
+        .and_then(|s| s.terminated.as_ref())
+        .filter(|t| t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN))
+        && !ran_before
+    {
+        return Some(Stuck::NeverStarted {
+            pod: name,
+            container: Some(c.name.clone()),
+            reason: CONTAINER_STATUS_UNKNOWN.to_owned(),
+            message: placeholder.message.clone(),
+        });
+    }
+    Some(Stuck::Ran {
+        pod: name,
+        container: c.name.clone(),
+    })
 }
 
 /// Whether a retained attempt ran and failed, so its own (archived) log already holds the evidence.
+/// The kubelet's `ContainerStatusUnknown`/137 placeholder is not a run: a pod that only carries it
+/// (e.g. a container that never started before its deadline) has no log, and gets the snapshot.
 pub fn has_archived_logs(pods: &[Pod]) -> bool {
     pods.iter().filter(|p| is_genuine_failure(p)).any(|p| {
-        p.status
-            .as_ref()
-            .map(|s| {
-                s.init_container_statuses
-                    .iter()
-                    .chain(s.container_statuses.iter())
-                    .flatten()
-                    .any(|c| {
-                        c.state
-                            .as_ref()
-                            .and_then(|s| s.terminated.as_ref())
-                            .is_some_and(|t| t.exit_code != 0)
-                    })
-            })
-            .unwrap_or(false)
+        p.status.as_ref().is_some_and(|s| {
+            s.init_container_statuses
+                .iter()
+                .chain(s.container_statuses.iter())
+                .flatten()
+                .any(terminated_with_failure)
+        })
     })
 }
 
@@ -304,6 +315,25 @@ mod tests {
             Some(Stuck::Ran { ref container, .. }) if container == "dax-apply"
         ));
         assert!(has_archived_logs(&[failed]));
+        // Past its deadline with only the kubelet's ContainerStatusUnknown/137 placeholder: the
+        // pod is a genuine failure (DeadlineExceeded) but nothing ran, so no log holds evidence.
+        let placeholder = pod(json!({
+            "metadata": {"name": "u"},
+            "status": {"phase": "Failed", "reason": "DeadlineExceeded", "initContainerStatuses": [
+                status("dax-init", json!({"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown"}})),
+            ]}
+        }));
+        assert!(is_genuine_failure(&placeholder));
+        assert!(!has_archived_logs(std::slice::from_ref(&placeholder)));
+        assert_eq!(
+            stuck_container(&[placeholder]),
+            Some(Stuck::NeverStarted {
+                pod: "u".into(),
+                container: Some("dax-init".into()),
+                reason: "ContainerStatusUnknown".into(),
+                message: None,
+            })
+        );
         // Restarted after a crash: waiting now, but it ran, so its log is the evidence.
         let restarted = pod(json!({
             "metadata": {"name": "r"},

@@ -77,7 +77,10 @@ pub fn is_genuine_failure(pod: &Pod) -> bool {
             .any(terminated_with_failure)
 }
 
-fn terminated_with_failure(container: &ContainerStatus) -> bool {
+/// A container whose current state is terminated with a non-zero exit code that is not the kubelet's
+/// `ContainerStatusUnknown`/137 placeholder (a status it lost, not a run that failed): it ran and
+/// failed, so its log holds evidence.
+pub fn terminated_with_failure(container: &ContainerStatus) -> bool {
     container
         .state
         .as_ref()
@@ -125,16 +128,29 @@ pub fn is_interrupt_job(job: &Job) -> bool {
         .is_some_and(|v| v == crate::jobs::pod::INTERRUPT_LABEL_VALUE)
 }
 
-/// Classifies a Job from its conditions and its (retained) pods:
+/// Evidence of a genuine failure that is not in the Job's retained pods: the node's entry for the
+/// Job's stage is already `erroring`, written by the live path when it saw a genuine failure. Those
+/// pods may be gone since (the node was deleted, pod GC), so the record must count on its own
+/// (DESIGN §4.4: either path's evidence suffices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecordedEvidence {
+    /// The node's entry for this stage is `erroring`.
+    Erroring,
+    /// It is not (or there is no entry).
+    #[default]
+    None,
+}
+
+/// Classifies a Job from its conditions, its (retained) pods and what the live path recorded:
 /// - `Complete=True` ⇒ [`JobOutcome::Succeeded`];
-/// - `Failed=True` with reason `BackoffLimitExceeded` and a genuine failure among the pods, or an
-///   interrupt Job's `DeadlineExceeded` ⇒ [`JobOutcome::TimedOut`];
-/// - `Failed=True` otherwise: with a genuine failure among the pods still [`JobOutcome::TimedOut`]
-///   (rerunning a stage that failed genuinely would loop), with none [`JobOutcome::OnlyRejected`];
+/// - `Failed=True` with a genuine failure among the pods, or the node's entry for the stage already
+///   erroring, or an interrupt Job's `DeadlineExceeded` ⇒ [`JobOutcome::TimedOut`] (rerunning a
+///   stage that failed genuinely would loop);
+/// - `Failed=True` with no genuine evidence on either path ⇒ [`JobOutcome::OnlyRejected`];
 /// - `FailureTarget=True` without a terminal condition ⇒ [`JobOutcome::Stuck`];
 /// - anything else ⇒ [`JobOutcome::Running`] (including `SuccessCriteriaMet` while the Job waits for
 ///   its pods to terminate).
-pub fn classify_job(job: &Job, pods: &[Pod]) -> JobOutcome {
+pub fn classify_job(job: &Job, pods: &[Pod], recorded: RecordedEvidence) -> JobOutcome {
     let conditions = job
         .status
         .as_ref()
@@ -153,7 +169,7 @@ pub fn classify_job(job: &Job, pods: &[Pod]) -> JobOutcome {
         if is_interrupt_job(job) && reason == Some(DEADLINE_EXCEEDED) {
             return JobOutcome::TimedOut;
         }
-        return if pods.iter().any(is_genuine_failure) {
+        return if pods.iter().any(is_genuine_failure) || recorded == RecordedEvidence::Erroring {
             JobOutcome::TimedOut
         } else {
             JobOutcome::OnlyRejected
@@ -163,6 +179,63 @@ pub fn classify_job(job: &Job, pods: &[Pod]) -> JobOutcome {
         return JobOutcome::Stuck;
     }
     JobOutcome::Running
+}
+
+/// Why a stage timed out, as a user reads it in an Event: the cause seen on the last genuine failed
+/// attempt, or, when no retained pod shows one, the evidence that was used instead.
+pub fn timeout_cause(job: &Job, pods: &[Pod]) -> String {
+    let failed_reason = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .and_then(|c| c.reason.as_deref());
+    if is_interrupt_job(job) && failed_reason == Some(DEADLINE_EXCEEDED) {
+        let bound = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.active_deadline_seconds)
+            .map_or_else(String::new, |s| format!(" of {s}s"));
+        return format!("deadline exceeded: the interrupt stage's time bound{bound} passed");
+    }
+    let last = pods
+        .iter()
+        .filter(|p| is_genuine_failure(p))
+        .max_by(|a, b| {
+            (&a.metadata.creation_timestamp, &a.metadata.name)
+                .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+        });
+    let Some(status) = last.and_then(|p| p.status.as_ref()) else {
+        return "genuine failure recorded while it ran (its pods are gone)".to_owned();
+    };
+    if status.reason.as_deref() == Some(DEADLINE_EXCEEDED) {
+        return "deadline exceeded".to_owned();
+    }
+    status
+        .init_container_statuses
+        .iter()
+        .chain(status.container_statuses.iter())
+        .flatten()
+        .filter(|c| terminated_with_failure(c))
+        .find_map(|c| {
+            let code = c.state.as_ref()?.terminated.as_ref()?.exit_code;
+            Some(format!("exit code {code} in container {}", c.name))
+        })
+        .unwrap_or_else(|| "genuine failure".to_owned())
+}
+
+/// How many attempts the Job allows (`backoffLimit + 1`), for "N of M attempts" in messages; `None`
+/// for an interrupt Job, whose bound is its deadline, not a count.
+pub fn attempt_limit(job: &Job) -> Option<i64> {
+    if is_interrupt_job(job) {
+        return None;
+    }
+    job.spec
+        .as_ref()
+        .and_then(|s| s.backoff_limit)
+        .map(|b| i64::from(b) + 1)
 }
 
 #[cfg(test)]
@@ -370,7 +443,7 @@ mod tests {
                 JobOutcome::OnlyRejected,
             ),
             (
-                "backoff limit, pods gone",
+                "backoff limit, pods gone, nothing recorded",
                 job_with(
                     json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]),
                     false,
@@ -438,8 +511,54 @@ mod tests {
             ("no status", Job::default(), &genuine, JobOutcome::Running),
         ];
         for (what, job, pods, outcome) in cases {
-            assert_eq!(classify_job(&job, pods), outcome, "{what}");
+            assert_eq!(
+                classify_job(&job, pods, RecordedEvidence::None),
+                outcome,
+                "{what}"
+            );
         }
+    }
+
+    #[test]
+    fn the_live_paths_erroring_record_is_evidence_when_the_pods_are_gone() {
+        let backoff = job_with(
+            json!([{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
+                   {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]),
+            false,
+        );
+        // The retained pods were collected (node deleted, pod GC), or only rejections remain: the
+        // record the live path wrote still says the stage failed genuinely.
+        for pods in [vec![], vec![rejected()]] {
+            assert_eq!(
+                classify_job(&backoff, &pods, RecordedEvidence::Erroring),
+                JobOutcome::TimedOut
+            );
+            assert_eq!(
+                classify_job(&backoff, &pods, RecordedEvidence::None),
+                JobOutcome::OnlyRejected
+            );
+        }
+        // A Job that went from a stale FailureTarget to Failed once its pods were collected.
+        let stale = job_with(
+            json!([{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
+                   {"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}]),
+            false,
+        );
+        assert_eq!(
+            classify_job(&stale, &[], RecordedEvidence::Erroring),
+            JobOutcome::TimedOut
+        );
+        // The record never turns success or running into a failure.
+        let complete = job_with(json!([{"type": "Complete", "status": "True"}]), false);
+        assert_eq!(
+            classify_job(&complete, &[], RecordedEvidence::Erroring),
+            JobOutcome::Succeeded
+        );
+        let running = job_with(json!([]), false);
+        assert_eq!(
+            classify_job(&running, &[], RecordedEvidence::Erroring),
+            JobOutcome::Running
+        );
     }
 
     fn failed_at(name: &str, created: &str) -> Pod {
@@ -486,6 +605,55 @@ mod tests {
             failed_at("a", "2025-01-01T00:00:00Z"),
         ];
         assert_eq!(evidence_to_prune(&tied), ["b"]);
+    }
+
+    #[test]
+    fn the_timeout_cause_names_what_the_last_attempt_shows() {
+        let backoff = |interrupt: bool, reason: &str| {
+            let mut j = job_with(
+                json!([{"type": "Failed", "status": "True", "reason": reason}]),
+                interrupt,
+            );
+            j.spec = Some(Default::default());
+            if let Some(spec) = j.spec.as_mut() {
+                spec.backoff_limit = Some(3);
+                spec.active_deadline_seconds = Some(60);
+            }
+            j
+        };
+        let package = backoff(false, "BackoffLimitExceeded");
+        assert_eq!(
+            timeout_cause(
+                &package,
+                &[
+                    failed_at("p1", "2025-01-01T00:01:00Z"),
+                    failed_init("p0", 7)
+                ]
+            ),
+            "exit code 1 in container dax-apply"
+        );
+        let deadline = pod(
+            json!({"metadata": {"name": "d", "creationTimestamp": "2025-01-01T00:09:00Z"},
+            "status": {"phase": "Failed", "reason": "DeadlineExceeded"}}),
+        );
+        assert_eq!(
+            timeout_cause(
+                &package,
+                &[failed_at("p1", "2025-01-01T00:01:00Z"), deadline]
+            ),
+            "deadline exceeded"
+        );
+        assert_eq!(
+            timeout_cause(&package, &[rejected()]),
+            "genuine failure recorded while it ran (its pods are gone)"
+        );
+        assert_eq!(attempt_limit(&package), Some(4));
+        let interrupt = backoff(true, "DeadlineExceeded");
+        assert_eq!(
+            timeout_cause(&interrupt, &[]),
+            "deadline exceeded: the interrupt stage's time bound of 60s passed"
+        );
+        assert_eq!(attempt_limit(&interrupt), None);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::json;
@@ -31,7 +32,10 @@ use crate::error::ReconcileError;
 use crate::job_state::{Recorded, node_of, package_of, recorded};
 use crate::jobs::PackageAnnotation;
 use crate::node_patch::{self, NodeEdit, NodeWriteError};
-use crate::outcome::{JobOutcome, attempts, classify_job, evidence_to_prune, is_interrupt_job};
+use crate::outcome::{
+    JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, evidence_to_prune,
+    is_interrupt_job, timeout_cause,
+};
 use crate::rollout::node_work::parse_state;
 use crate::state_metrics::Outcome;
 
@@ -111,10 +115,21 @@ pub fn apply_record(
                 changed = true;
             }
         }
-        if job.stage == Stage::Upgrade {
+        if matches!(job.stage, Stage::Upgrade | Stage::Apply) {
+            // The new version is installed: an upgrade replaces every other version (upstream), and
+            // any install replaces other versions that never completed installing (a stage that
+            // timed out at 1.0.0, then the user moved to 1.0.1): left behind, they would show an
+            // erroring package to every reader of node state. A completed other version installed
+            // by `apply` stays (a downgrade keeps both records, as upstream), and so does an entry
+            // in its uninstall cycle (that cycle removes it).
             let old: Vec<_> = state
                 .iter()
                 .filter(|r| r.name == job.name && r.version != job.version)
+                .filter(|r| {
+                    job.stage == Stage::Upgrade
+                        || (r.state != Some(State::Complete)
+                            && !matches!(r.stage, Stage::Uninstall | Stage::UninstallInterrupt))
+                })
                 .map(|r| r.version.clone())
                 .collect();
             for version in old {
@@ -184,8 +199,12 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     // beyond "still running" (Complete, Failed, FailureTarget...) is taken from a live list instead,
     // once per Job: the store may not have seen the last pod update yet, and an outcome classified
     // from a stale view would be recorded for good.
+    let cached_node = ctx.nodes.get(&ObjectRef::new(node));
+    let evidence = cached_node.as_deref().map_or(RecordedEvidence::None, |n| {
+        recorded_evidence(n, &annotation)
+    });
     let mut pods = pods_of(&ctx.pods, &uid);
-    let mut outcome = classify_job(job, &pods);
+    let mut outcome = classify_job(job, &pods, evidence);
     if !matches!(outcome, JobOutcome::Running) {
         pods = pods_api
             .list(
@@ -196,7 +215,19 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
                 "listing the pods of Job {name}"
             )))?
             .items;
-        outcome = classify_job(job, &pods);
+        outcome = classify_job(job, &pods, evidence);
+    }
+    if outcome == JobOutcome::OnlyRejected && evidence == RecordedEvidence::None {
+        // The rejected path deletes the Job and reruns the stage: believe "no genuine failure" only
+        // from a fresh read of the node, since the cache may not show the live path's record yet.
+        let fresh = Api::<Node>::all(ctx.client.clone())
+            .get_opt(node)
+            .await
+            .map_err(ReconcileError::api(format!("reading node {node}")))?;
+        let evidence = fresh.as_ref().map_or(RecordedEvidence::None, |n| {
+            recorded_evidence(n, &annotation)
+        });
+        outcome = classify_job(job, &pods, evidence);
     }
     let interrupt = is_interrupt_job(job);
     match outcome {
@@ -245,6 +276,7 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
             }
             // Before the mark: once recorded, the Job is not reconciled again.
             crate::evidence::write_last_logs(ctx, job, &pods, false).await?;
+            announce_timeout(ctx, job, &pods, node, &annotation).await;
             mark(
                 ctx,
                 &name,
@@ -278,6 +310,53 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     }
 }
 
+/// Whether the node's entry for the Job's package, version and stage is `erroring`: the live path saw
+/// a genuine failure of this stage run (DESIGN §4.4), whether or not its pods still exist.
+fn recorded_evidence(node: &Node, job: &PackageAnnotation) -> RecordedEvidence {
+    parse_state(node, &job.nodewright)
+        .and_then(|s| s.get(&job.name, &job.version).cloned())
+        .filter(|r| r.stage == job.stage && r.state == Some(State::Erroring))
+        .map_or(RecordedEvidence::None, |_| RecordedEvidence::Erroring)
+}
+
+/// The Warning Events of a timed-out stage, on the NodeWright and on the node, so that
+/// `kubectl get events` and `kubectl describe` show it: package, version, stage, node, attempts used
+/// of the limit, and the cause. Emitted once per Job (a recorded Job is not reconciled again); a
+/// repeat after a failed mark is folded into the same Event series by the recorder.
+async fn announce_timeout(
+    ctx: &Context,
+    job: &Job,
+    pods: &[Pod],
+    node: &str,
+    annotation: &PackageAnnotation,
+) {
+    let used = attempts(pods).max(1);
+    let attempts_text = match attempt_limit(job) {
+        Some(limit) => format!("{used} of {limit} attempts"),
+        None => format!("{used} attempt(s)"),
+    };
+    let note = format!(
+        "Package [{}:{}] stage [{}] timed out on node [{node}] after {attempts_text}: {}; Job {}/{} kept as evidence",
+        annotation.name,
+        annotation.version,
+        annotation.stage,
+        timeout_cause(job, pods),
+        ctx.config.namespace,
+        job.name_any(),
+    );
+    if let Some(nodewright) = ctx.nodewrights.get(&ObjectRef::new(&annotation.nodewright)) {
+        ctx.events
+            .warn_on_nodewright(&nodewright, STAGE_TIMED_OUT, note.clone())
+            .await;
+    }
+    if let Some(node) = ctx.nodes.get(&ObjectRef::new(node)) {
+        ctx.events.warn_on_node(&node, STAGE_TIMED_OUT, note).await;
+    }
+}
+
+/// Event reason of a timed-out stage.
+pub const STAGE_TIMED_OUT: &str = "StageTimedOut";
+
 /// Writes `record` into the node's state for the Job's NodeWright (precondition, retry).
 ///
 /// The first attempt works from the node cache, which is almost always current (the Job ran for a
@@ -294,10 +373,7 @@ async fn record(
 ) -> Result<(), ReconcileError> {
     let api: Api<Node> = Api::all(ctx.client.clone());
     let key = keys::node_state_key(&job.nodewright);
-    let mut cached = ctx
-        .nodes
-        .get(&kube::runtime::reflector::ObjectRef::new(node))
-        .map(|n| (*n).clone());
+    let mut cached = ctx.nodes.get(&ObjectRef::new(node)).map(|n| (*n).clone());
     for attempt in 0..5 {
         let from_cache = cached.is_some();
         let current = match cached.take() {
@@ -461,6 +537,41 @@ mod tests {
             Record::Complete
         ));
         assert!(s.iter().all(|r| r.state == Some(State::Complete)));
+    }
+
+    #[test]
+    fn a_completed_install_drops_other_versions_that_never_installed() {
+        let mut s = NodeState::default();
+        // 1.0.0 timed out at apply; the user moved to 1.0.1.
+        s.upsert(entry("a", "1.0.0", Stage::Apply, State::Erroring));
+        // An older version that did install (a downgrade keeps it, as upstream), and one being
+        // uninstalled (its cycle removes it).
+        s.upsert(entry("a", "0.9.0", Stage::Config, State::Complete));
+        s.upsert(entry("a", "0.8.0", Stage::Uninstall, State::InProgress));
+        s.upsert(entry("b", "1.0.0", Stage::Apply, State::Erroring));
+        s.upsert(entry("a", "1.0.1", Stage::Apply, State::InProgress));
+        // While 1.0.1 only runs, the old record stays (nothing installed yet).
+        assert!(apply_record(
+            &mut s,
+            &job("a", "1.0.1", Stage::Apply),
+            false,
+            Record::Erroring(1)
+        ));
+        assert!(s.get("a", "1.0.0").is_some());
+        s.upsert(entry("a", "1.0.1", Stage::Apply, State::InProgress));
+        assert!(apply_record(
+            &mut s,
+            &job("a", "1.0.1", Stage::Apply),
+            false,
+            Record::Complete
+        ));
+        assert!(s.get("a", "1.0.0").is_none(), "the timed-out version goes");
+        assert!(s.get("a", "0.9.0").is_some());
+        assert!(s.get("a", "0.8.0").is_some());
+        assert!(
+            s.get("b", "1.0.0").is_some(),
+            "other packages are untouched"
+        );
     }
 
     #[test]

@@ -20,9 +20,49 @@ fn api(ctx: &Context) -> Api<Job> {
     Api::namespaced(ctx.client.clone(), &ctx.config.namespace)
 }
 
+/// What to do with a Job found under the name of a Job being created (AlreadyExists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// An earlier run of the same stage, finished and recorded as complete or only rejected: delete
+    /// it so the next pass creates the new run.
+    Replace,
+    /// Anything else stays: a running Job is the run itself, an unrecorded one waits for its outcome,
+    /// and a timed-out one is the evidence of its stage (only a package change, a rerun or reset, a
+    /// config update or the failure TTL clear it, never a create that raced the Job store).
+    Keep,
+}
+
+/// The decision for an existing Job of the same name (DESIGN §4.4).
+pub fn on_existing(existing: &Job) -> Existing {
+    if is_finished(existing)
+        && matches!(
+            recorded(existing),
+            Some(Recorded::Complete | Recorded::Rejected)
+        )
+    {
+        Existing::Replace
+    } else {
+        Existing::Keep
+    }
+}
+
+/// Whether any of the named Jobs exists, read live (not from the store, which may lag).
+pub async fn any_exists(ctx: &Context, names: &[String]) -> Result<bool, ReconcileError> {
+    for name in names {
+        let found = api(ctx)
+            .get_metadata_opt(name)
+            .await
+            .map_err(ReconcileError::api(format!("reading Job {name}")))?;
+        if found.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Creates `job` (after the test hook, if any). AlreadyExists is fine: the deterministic name makes
-/// creation idempotent. When the existing Job is finished and recorded (an earlier run of the same
-/// stage), it is deleted so the next pass creates the new run.
+/// creation idempotent; the existing Job is replaced or kept by [`on_existing`], and either way the
+/// next pass re-plans from the store.
 pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
     if let Some(hook) = &ctx.options.job_hook {
         hook(&mut job);
@@ -42,8 +82,7 @@ pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
                 .await
                 .map_err(ReconcileError::api(format!("reading existing Job {name}")))?;
             if let Some(existing) = existing
-                && is_finished(&existing)
-                && recorded(&existing).is_some()
+                && on_existing(&existing) == Existing::Replace
             {
                 delete(ctx, &name).await?;
             }
@@ -104,8 +143,9 @@ pub async fn set_suspended(
 }
 
 /// Drift (DESIGN §4.4): an unfinished package Job whose package no longer matches (its template hash,
-/// or the package is gone from the spec) is deleted, and so is a timed-out one whose package
-/// changed, so the stage runs again with the new spec. Returns how many were deleted.
+/// or the package or its version is gone from the spec) is deleted, and so is a timed-out one whose
+/// package changed (so the stage runs again with the new spec) or whose version is gone (an
+/// upgrade clears the old version's timed-out stage). Returns how many were deleted.
 pub async fn replace_drifted(
     ctx: &Context,
     nodewright: &NodeWright,
@@ -131,7 +171,10 @@ pub async fn replace_drifted(
             .get(&annotation.name)
             .filter(|p| p.version == annotation.version)
         {
-            None => !finished,
+            // The package or this version left the spec: a running Job is stopped, and a
+            // timed-out one (recorded, so its outcome is safe) goes with the version it was the
+            // evidence of, so nothing keeps showing a package the user moved on from.
+            None => !finished || timed_out,
             Some(package) => {
                 let hash = match hashes.get(&annotation.name) {
                     Some(hash) => hash,
@@ -155,4 +198,46 @@ pub async fn replace_drifted(
         }
     }
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(conditions: serde_json::Value, recorded: Option<&str>) -> Job {
+        let annotations = recorded.map_or_else(
+            || json!({}),
+            |r| json!({"nodewright.nvidia.com/state-recorded": r}),
+        );
+        serde_json::from_value(json!({
+            "metadata": {"name": "j", "annotations": annotations},
+            "status": {"conditions": conditions}
+        }))
+        .expect("valid Job JSON")
+    }
+
+    #[test]
+    fn a_create_that_meets_a_timed_out_job_keeps_the_evidence() {
+        let failed =
+            json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+        let complete = json!([{"type": "Complete", "status": "True"}]);
+        assert_eq!(
+            on_existing(&job(failed.clone(), Some("timed-out"))),
+            Existing::Keep
+        );
+        assert_eq!(
+            on_existing(&job(failed.clone(), Some("rejected"))),
+            Existing::Replace
+        );
+        assert_eq!(
+            on_existing(&job(complete.clone(), Some("complete"))),
+            Existing::Replace
+        );
+        // Not recorded yet: its outcome must be recorded before anything deletes it.
+        assert_eq!(on_existing(&job(failed, None)), Existing::Keep);
+        assert_eq!(on_existing(&job(complete, None)), Existing::Keep);
+        // Running.
+        assert_eq!(on_existing(&job(json!([]), None)), Existing::Keep);
+    }
 }

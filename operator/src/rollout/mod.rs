@@ -184,11 +184,13 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     }
 
     let label = naming::label_value(&name);
-    let jobs = JobIndex::new(
-        ctx.jobs
-            .state()
-            .into_iter()
-            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label)),
+    let every_job = ctx.jobs.state();
+    let jobs = JobIndex::with_fleet(
+        every_job
+            .iter()
+            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label))
+            .cloned(),
+        &every_job,
     );
     job_ops::set_suspended(ctx, &jobs, paused).await?;
     if !paused && job_ops::replace_drifted(ctx, &nw, &jobs).await? > 0 {

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use nodewright_shared::api::{NodeWright, Status};
 use nodewright_shared::keys;
-use nodewright_shared::node_state::NodeState;
+use nodewright_shared::node_state::{NodeState, Stage, State};
 use tracing::debug;
 
 use super::graph;
@@ -131,6 +131,24 @@ pub async fn advance(
                 _ => break,
             }
         }
+        let cleared = cleared_timeouts(nodewright, &state, &p);
+        if !cleared.is_empty()
+            && super::job_ops::any_exists(ctx, &timed_out_jobs(&nw, &name, &cleared)).await?
+        {
+            // A timed-out stage's Job is still there: the Job store has not caught up. Its record
+            // stays erroring and the Job stays as the evidence; the store's event re-plans.
+            debug!(node = %name, "a timed-out Job the store does not show yet still exists; waiting for the store");
+            return Ok(NodeResult {
+                status: node_status(NodeFacts {
+                    complete: false,
+                    erroring: true,
+                    active: true,
+                    ..NodeFacts::default()
+                }),
+                state,
+                draining: false,
+            });
+        }
         let complete = graph::all_done(&nodewright.spec.packages, &p.state);
         let status = node_status(NodeFacts {
             complete,
@@ -169,6 +187,9 @@ pub async fn advance(
             Err(e) => return Err(e.into()),
         }
         let draining = execute(ctx, nodewright, &node, &p, node_order).await?;
+        if !cleared.is_empty() {
+            announce_cleared(ctx, nodewright, &node, &cleared).await;
+        }
         return Ok(NodeResult {
             state: p.state,
             status,
@@ -182,6 +203,66 @@ pub async fn advance(
         draining: false,
     })
 }
+
+/// The stages this pass starts again over an `erroring` record of the same stage: a timed-out stage
+/// whose Job went away (failed-Job TTL, a package change, a user deleting the evidence) runs again.
+/// Each gets a Normal Event on the NodeWright and the node, the counterpart of the outcome path's
+/// `StageTimedOut` Warning.
+fn cleared_timeouts<'a>(
+    nodewright: &'a NodeWright,
+    previous: &NodeState,
+    p: &'a Plan,
+) -> Vec<(&'a str, &'a str, Stage)> {
+    p.create
+        .iter()
+        .map(|c| match c {
+            Creation::Package { key, stage, .. } => (key.as_str(), *stage),
+            Creation::Interrupt { merged, stage } => (merged.owner.as_str(), *stage),
+        })
+        .filter_map(|(key, stage)| {
+            let version = nodewright.spec.packages.get(key)?.version.as_str();
+            previous
+                .get(key, version)
+                .filter(|r| r.stage == stage && r.state == Some(State::Erroring))
+                .map(|_| (key, version, stage))
+        })
+        .collect()
+}
+
+/// The Job names of the stages in `cleared`.
+fn timed_out_jobs(nodewright: &str, node: &str, cleared: &[(&str, &str, Stage)]) -> Vec<String> {
+    cleared
+        .iter()
+        .map(|(package, version, stage)| {
+            if stage.is_interrupt() {
+                crate::naming::interrupt_job_name(nodewright, node)
+            } else {
+                crate::naming::package_job_name(nodewright, package, version, *stage, node)
+            }
+        })
+        .collect()
+}
+
+async fn announce_cleared(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    node: &Node,
+    cleared: &[(&str, &str, Stage)],
+) {
+    let name = node.name_any();
+    for (package, version, stage) in cleared {
+        let note = format!(
+            "Package [{package}:{version}] stage [{stage}] on node [{name}] is no longer timed out: the stage runs again"
+        );
+        ctx.events
+            .on_nodewright(nodewright, STAGE_TIMEOUT_CLEARED, note.clone())
+            .await;
+        ctx.events.on_node(node, STAGE_TIMEOUT_CLEARED, note).await;
+    }
+}
+
+/// Event reason of a timed-out stage that runs again.
+pub const STAGE_TIMEOUT_CLEARED: &str = "StageTimeoutCleared";
 
 /// Cordon is written; now drain (for disruptive work), create and delete Jobs. Returns whether some
 /// work waits for the node to drain.

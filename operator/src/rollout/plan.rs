@@ -316,6 +316,7 @@ fn interrupt_phase(
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
     use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
@@ -699,6 +700,34 @@ mod tests {
             entry("a", Stage::Config, State::Complete),
             entry("b", Stage::Config, State::Complete),
         ]);
+        // Another NodeWright's package Job still runs on the node: the interrupt waits for it too
+        // (its pod tolerates the cordon and would run through the reboot).
+        let mut other = job("other-nw-job".into(), None, None);
+        other.metadata.labels = Some(BTreeMap::from([(
+            keys::NAME_LABEL.to_owned(),
+            "other".to_owned(),
+        )]));
+        let busy = JobIndex::with_fleet([], &[Arc::new(other)]);
+        let p = plan(&nw, "n1", &s, &busy, false);
+        assert!(p.create.is_empty(), "{:?}", creates(&p));
+        // Another NodeWright's unfinished Job on another node does not hold this one.
+        let mut elsewhere = job("other-nw-job".into(), None, None);
+        if let Some(pod) = elsewhere
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.spec.as_mut())
+        {
+            pod.node_name = Some("n2".into());
+        }
+        let p = plan(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::with_fleet([], &[Arc::new(elsewhere)]),
+            false,
+        );
+        assert_eq!(creates(&p), vec![("interrupt:b".into(), Stage::Interrupt)]);
+
         let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
         assert_eq!(creates(&p), vec![("interrupt:b".into(), Stage::Interrupt)]);
         assert_eq!(
