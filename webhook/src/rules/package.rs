@@ -6,10 +6,11 @@ use std::sync::LazyLock;
 use nodewright_shared::api::{PACKAGE_NAME_PATTERN, Package};
 use nodewright_shared::deadline::check_stage_timeout;
 use nodewright_shared::duration::GoDuration;
+use nodewright_shared::glob;
 use regex::Regex;
 
 use super::labels::label_value_errors;
-use super::{Findings, child, glob, image, resources, semver, short_list};
+use super::{Findings, child, image, resources, semver, short_list};
 
 /// The package-name pattern, compiled once. Compiling a constant cannot fail at runtime in a way
 /// input could influence; a test pins that it compiles.
