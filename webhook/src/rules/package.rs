@@ -403,6 +403,37 @@ mod tests {
         );
     }
 
+    /// `[!a]` is the class {`!`, `a`} (Go's `filepath.Match`), not "anything but `a`": admission
+    /// accepts `[!a]*` exactly for the keys the operator will select it for (its config_updates
+    /// tests), and `^` is the negation.
+    #[test]
+    fn a_bang_class_glob_is_validated_as_the_operator_matches_it() {
+        let interrupt = Interrupt {
+            kind: InterruptType::Noop,
+            services: vec![],
+        };
+        let with = |key: &str, pattern: &str| Package {
+            config_map: [(key.to_owned(), "x".to_owned())].into(),
+            config_interrupts: [(pattern.to_owned(), interrupt.clone())].into(),
+            ..base()
+        };
+        assert_ok("tools", &with("!x", "[!a]*"));
+        assert_ok("tools", &with("ax", "[!a]*"));
+        assert_err(
+            "tools",
+            &with("bx", "[!a]*"),
+            "config interrupt glob \"[!a]*\" does not match any configMap keys: fix the pattern",
+        );
+        assert_ok("tools", &with("bx", "[^a]*"));
+        assert_err(
+            "tools",
+            &with("ax", "[^a]*"),
+            "config interrupt glob \"[^a]*\" does not match any configMap keys",
+        );
+        // `]` right after `[` is malformed in Go, so this matches nothing (not even "]x").
+        assert_err("tools", &with("]x", "[]a]*"), "the pattern is malformed");
+    }
+
     #[test]
     fn uninstall() {
         for (enabled, apply) in [(false, false), (true, false), (true, true)] {
