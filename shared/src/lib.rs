@@ -6,12 +6,15 @@
 //!   the mutating webhook and the operator apply;
 //! - [`duration`] and [`deadline`]: Go duration syntax and the `stageTimeout` → `activeDeadlineSeconds`
 //!   arithmetic with its int32 clamp;
-//! - [`keys`]: every label, annotation and finalizer key the product owns.
+//! - [`keys`]: every label, annotation and finalizer key the product owns;
+//! - [`glob`]: the `configInterrupts` key patterns (Go's `filepath.Match`), which admission validates
+//!   and the operator uses to pick the interrupt a config change calls for.
 
 pub mod api;
 pub mod crd;
 pub mod deadline;
 pub mod defaults;
 pub mod duration;
+pub mod glob;
 pub mod keys;
 pub mod node_state;

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use nodewright_shared::api::{Interrupt, NodeWright, Package};
+use nodewright_shared::glob;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::{Map, Value, json};
@@ -34,64 +35,6 @@ use crate::error::ReconcileError;
 use crate::jobs::merge_interrupts;
 use crate::node_patch::NodeEdit;
 
-/// Shell-glob match of a configInterrupts key against a ConfigMap key (Go's `filepath.Match`
-/// without the path separator, which ConfigMap keys cannot contain): `*` any run, `?` any one
-/// character, `[abc]`, `[a-z]`, `[!a]`/`[^a]` classes, `\` escapes. A malformed pattern matches
-/// nothing (Go returns an error, upstream treats it as no match).
-pub fn glob_match(pattern: &str, key: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let k: Vec<char> = key.chars().collect();
-    matches_from(&p, &k)
-}
-
-fn matches_from(p: &[char], k: &[char]) -> bool {
-    match p.first() {
-        None => k.is_empty(),
-        Some('*') => (0..=k.len()).any(|i| matches_from(&p[1..], &k[i..])),
-        Some('?') => !k.is_empty() && matches_from(&p[1..], &k[1..]),
-        Some('[') => {
-            let Some((&c, rest)) = k.split_first() else {
-                return false;
-            };
-            match class(&p[1..], c) {
-                Some((true, after)) => matches_from(after, rest),
-                _ => false,
-            }
-        }
-        Some('\\') => match (p.get(1), k.split_first()) {
-            (Some(e), Some((c, rest))) => e == c && matches_from(&p[2..], rest),
-            _ => false,
-        },
-        Some(c) => k.first() == Some(c) && matches_from(&p[1..], &k[1..]),
-    }
-}
-
-/// Matches `c` against the class starting after `[`; returns whether it matched and the pattern
-/// after `]`, or `None` for an unterminated class.
-fn class(p: &[char], c: char) -> Option<(bool, &[char])> {
-    let (negated, mut i) = match p.first() {
-        Some('!' | '^') => (true, 1),
-        _ => (false, 0),
-    };
-    let mut matched = false;
-    let mut first = true;
-    loop {
-        let lo = *p.get(i)?;
-        if lo == ']' && !first {
-            return Some((matched != negated, &p[i + 1..]));
-        }
-        first = false;
-        if p.get(i + 1) == Some(&'-') && p.get(i + 2).is_some_and(|h| *h != ']') {
-            let hi = *p.get(i + 2)?;
-            matched |= lo <= c && c <= hi;
-            i += 3;
-        } else {
-            matched |= lo == c;
-            i += 1;
-        }
-    }
-}
-
 /// Keys added or whose value changed, sorted (removed keys are ignored, as upstream).
 pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
     new.iter()
@@ -102,12 +45,17 @@ pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, Strin
 
 /// The interrupt a config change of `package` calls for: the merge of its configInterrupts whose
 /// key glob matches a changed key; `None` when none matches (the config stage is then terminal).
+///
+/// Keys are matched with the matcher admission validated them with ([`glob::matches`], Go's
+/// `filepath.Match`), so a pattern the webhook accepted selects the keys it was accepted for. A
+/// malformed pattern matches nothing, as upstream (which ignores the error).
 pub fn config_interrupt(package: &Package, changed: &[String]) -> Option<Interrupt> {
-    let matching = package
-        .config_interrupts
-        .iter()
-        .filter(|(glob, _)| changed.iter().any(|k| glob_match(glob, k)));
-    merge_interrupts(matching.map(|(glob, i)| (glob.as_str(), i))).map(|m| m.interrupt)
+    let matching = package.config_interrupts.iter().filter(|(pattern, _)| {
+        changed
+            .iter()
+            .any(|k| glob::matches(pattern, k) == Ok(true))
+    });
+    merge_interrupts(matching.map(|(pattern, i)| (pattern.as_str(), i))).map(|m| m.interrupt)
 }
 
 /// The NodeWright as the stage machine must see it: every package with recorded config updates has
@@ -322,30 +270,6 @@ mod tests {
     use nodewright_shared::api::{InterruptType, NodeWrightSpec, NodeWrightStatus};
     use nodewright_shared::node_state::PackageStatus;
 
-    #[test]
-    fn globs_follow_filepath_match() {
-        for (pattern, key, want) in [
-            ("a.conf", "a.conf", true),
-            ("a.conf", "b.conf", false),
-            ("*.conf", "containerd.conf", true),
-            ("*.conf", "containerd.toml", false),
-            ("*", "", true),
-            ("c?d", "cod", true),
-            ("c?d", "cd", false),
-            ("[ab]x", "bx", true),
-            ("[a-c]x", "cx", true),
-            ("[!a-c]x", "cx", false),
-            ("[^a]x", "bx", true),
-            ("[]]", "]", true),
-            ("\\*", "*", true),
-            ("\\*", "a", false),
-            ("[ab", "a", false),
-            ("net-*-*.sh", "net-eth0-up.sh", true),
-        ] {
-            assert_eq!(glob_match(pattern, key), want, "{pattern} vs {key}");
-        }
-    }
-
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -400,6 +324,44 @@ mod tests {
             Some(interrupt(InterruptType::Service, &["cron"]))
         );
         assert_eq!(config_interrupt(&p, &["readme".into()]), None);
+    }
+
+    /// `[!a]` is the class {`!`, `a`} (Go's `filepath.Match`), not "anything but `a`": the same
+    /// answers the webhook gives when it validates the pattern (rules::package tests).
+    #[test]
+    fn a_bang_class_selects_the_keys_admission_matched_it_against() {
+        let p = Package {
+            config_interrupts: BTreeMap::from([
+                (
+                    "[!a]*".to_owned(),
+                    interrupt(InterruptType::Service, &["bang"]),
+                ),
+                (
+                    "[^a]*".to_owned(),
+                    interrupt(InterruptType::Service, &["caret"]),
+                ),
+                // Malformed (`]` right after `[`): matches nothing, not even "]".
+                ("[]a]".to_owned(), interrupt(InterruptType::Reboot, &[])),
+            ]),
+            ..package()
+        };
+        let selected = |key: &str| config_interrupt(&p, &[key.to_owned()]);
+        assert_eq!(
+            selected("!x"),
+            Some(interrupt(InterruptType::Service, &["bang", "caret"]))
+        );
+        assert_eq!(
+            selected("ax"),
+            Some(interrupt(InterruptType::Service, &["bang"]))
+        );
+        assert_eq!(
+            selected("bx"),
+            Some(interrupt(InterruptType::Service, &["caret"]))
+        );
+        assert_eq!(
+            selected("]"),
+            Some(interrupt(InterruptType::Service, &["caret"]))
+        );
     }
 
     #[test]

@@ -10,7 +10,6 @@
 //! [`ClusterView`], which the server implements over watch-backed caches and tests implement in
 //! memory. Nothing here performs I/O, so every rule is unit-testable and cheap to run per request.
 
-pub mod glob;
 mod graph;
 mod image;
 pub mod labels;

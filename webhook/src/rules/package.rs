@@ -6,10 +6,11 @@ use std::sync::LazyLock;
 use nodewright_shared::api::{PACKAGE_NAME_PATTERN, Package};
 use nodewright_shared::deadline::check_stage_timeout;
 use nodewright_shared::duration::GoDuration;
+use nodewright_shared::glob;
 use regex::Regex;
 
 use super::labels::label_value_errors;
-use super::{Findings, child, glob, image, resources, semver, short_list};
+use super::{Findings, child, image, resources, semver, short_list};
 
 /// The package-name pattern, compiled once. Compiling a constant cannot fail at runtime in a way
 /// input could influence; a test pins that it compiles.
@@ -400,6 +401,37 @@ mod tests {
             &with(&["a.conf"], &["[*.conf"]),
             "the pattern is malformed",
         );
+    }
+
+    /// `[!a]` is the class {`!`, `a`} (Go's `filepath.Match`), not "anything but `a`": admission
+    /// accepts `[!a]*` exactly for the keys the operator will select it for (its config_updates
+    /// tests), and `^` is the negation.
+    #[test]
+    fn a_bang_class_glob_is_validated_as_the_operator_matches_it() {
+        let interrupt = Interrupt {
+            kind: InterruptType::Noop,
+            services: vec![],
+        };
+        let with = |key: &str, pattern: &str| Package {
+            config_map: [(key.to_owned(), "x".to_owned())].into(),
+            config_interrupts: [(pattern.to_owned(), interrupt.clone())].into(),
+            ..base()
+        };
+        assert_ok("tools", &with("!x", "[!a]*"));
+        assert_ok("tools", &with("ax", "[!a]*"));
+        assert_err(
+            "tools",
+            &with("bx", "[!a]*"),
+            "config interrupt glob \"[!a]*\" does not match any configMap keys: fix the pattern",
+        );
+        assert_ok("tools", &with("bx", "[^a]*"));
+        assert_err(
+            "tools",
+            &with("ax", "[^a]*"),
+            "config interrupt glob \"[^a]*\" does not match any configMap keys",
+        );
+        // `]` right after `[` is malformed in Go, so this matches nothing (not even "]x").
+        assert_err("tools", &with("]x", "[]a]*"), "the pattern is malformed");
     }
 
     #[test]
