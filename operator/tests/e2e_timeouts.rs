@@ -1,0 +1,439 @@
+//! Timed-out stages end to end on the local control plane (real kube-apiserver, etcd, the real Job
+//! controller, kwok simulating nodes and pods), each test with its own operator, namespace and node.
+//!
+//! (a) The live path's record is evidence on its own: a hanging stage's first genuine failure is
+//!     recorded while the Job runs; the operator stops; the Job then fails and its retained pods are
+//!     deleted (as node deletion or pod GC would); a new operator records the stage timed out from
+//!     the node's `erroring` entry, keeps the same Job as evidence and runs nothing again. Warning
+//!     `StageTimedOut` Events name it on the NodeWright and the node. Then an upgrade to a version
+//!     that works completes, and the timed-out version's record and Job go.
+//! (b) A node's interrupt waits for the unfinished package Jobs of every NodeWright on the node,
+//!     not only its own: an earlier NodeWright's interrupt, triggered while a later NodeWright's
+//!     package still runs there, starts only once that package's Job finished.
+//!
+//! No timing assertion: waits are bounded only so a broken build fails instead of hanging, and
+//! orders are read from the objects' own timestamps.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use nodewright_e2e::{Cluster, PodFate};
+
+mod support;
+use nodewright_operator::JobHook;
+use nodewright_shared::api::{Interrupt, InterruptType, NodeWright, NodeWrightSpec, Status};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{Stage, State};
+use serde_json::json;
+use support::{
+    BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, node_state,
+    on_nodes, operator_env, package, patch_nodewright, spawn_operator, wait_nodewright,
+    wait_status, wait_timed_out_job,
+};
+
+/// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
+const SUITE_LABEL: &str = "nodewright.test/timeouts-suite";
+
+fn start_operator(
+    client: kube::Client,
+    namespace: &str,
+    instance: &str,
+    backoff_limit: i32,
+    hook: Option<JobHook>,
+) -> Operator {
+    let env = operator_env(namespace, format!("operator-{instance}"), backoff_limit);
+    spawn_operator(
+        client,
+        &env,
+        format!("{SUITE_LABEL}={namespace}"),
+        hook,
+        None,
+    )
+}
+
+/// The Job's condition `type_` (True), with its transition time.
+fn condition(job: &Job, type_: &str) -> Option<Time> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .and_then(|c| c.last_transition_time.clone())
+}
+
+/// The pods of the Job with this uid.
+async fn pods_of(pods: &Api<Pod>, uid: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+        .await
+        .expect("pods listed")
+        .items
+}
+
+/// Events about the object `name` with `reason` (any namespace: cluster-scoped objects' Events land
+/// in `default`).
+async fn events(client: &kube::Client, name: &str, reason: &str) -> Vec<Event> {
+    Api::<Event>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name},reason={reason}")))
+        .await
+        .expect("events listed")
+        .items
+}
+
+async fn wait_event(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    reason: &str,
+    kind: &str,
+) -> Event {
+    cluster
+        .wait_for(&format!("a {reason} Event on {kind} {name}"), BOUND, || {
+            let client = client.clone();
+            async move {
+                Ok(events(&client, name, reason)
+                    .await
+                    .into_iter()
+                    .find(|e| e.involved_object.kind.as_deref() == Some(kind)))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_the_live_paths_record_keeps_a_stage_timed_out_when_its_pods_are_gone_and_an_upgrade_clears_it()
+ {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("gone-pods")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    // Pods of images named `.../hang` hang until their deadline; the fixed image succeeds.
+    let hook: JobHook = Arc::new(|job: &mut Job| {
+        let hangs = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.image.as_deref().is_some_and(|i| i.contains("/hang:")))
+            });
+        if hangs && let Some(spec) = job.spec.as_mut() {
+            PodFate::hang().apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let backoff_limit = 1;
+    let first = start_operator(
+        client.clone(),
+        &ns,
+        &format!("{ns}-1"),
+        backoff_limit,
+        Some(hook.clone()),
+    );
+    let mut hanging = package("1.0.0", &[]);
+    hanging.image = "ghcr.io/nvidia/skyhook/hang".into();
+    hanging.stage_timeout = Some("3s".into());
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("stuck".to_owned(), hanging)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+
+    // The live path records the first genuine failure while the Job still runs.
+    cluster
+        .wait_for("the first failure recorded as erroring", BOUND, || {
+            let client = client.clone();
+            let (node, ns) = (node.clone(), ns.clone());
+            async move {
+                let state = node_state(&client, &node, &ns).await;
+                Ok(state
+                    .and_then(|s| s.get("stuck", "1.0.0").cloned())
+                    .filter(|r| r.stage == Stage::Apply && r.state == Some(State::Erroring)))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    first.stop().await;
+
+    // With no operator running, the Job fails for good; then its retained pods go away.
+    let job = cluster
+        .wait_for("the Job failed", BOUND, || {
+            let jobs = jobs.clone();
+            async move {
+                let list = jobs
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                Ok(list
+                    .items
+                    .into_iter()
+                    .find(|j| condition(j, "Failed").is_some()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !job.annotations()
+            .contains_key(keys::STATE_RECORDED_ANNOTATION),
+        "nothing recorded the terminal outcome yet"
+    );
+    let uid = job.metadata.uid.clone().expect("uid");
+    for pod in pods_of(&pods, &uid).await {
+        pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+            .await
+            .expect("pod deleted");
+    }
+    cluster
+        .wait_for("the Job's pods gone", BOUND, || {
+            let (pods, uid) = (pods.clone(), uid.clone());
+            async move { Ok(pods_of(&pods, &uid).await.is_empty().then_some(())) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // A new operator classifies the failed Job with no pod left: the node's erroring record is the
+    // evidence, so the stage is timed out, and the same Job stays.
+    let second = start_operator(
+        client.clone(),
+        &ns,
+        &format!("{ns}-2"),
+        backoff_limit,
+        Some(hook),
+    );
+    let recorded = wait_timed_out_job(cluster, &client, &ns).await;
+    assert_eq!(
+        recorded.metadata.uid.as_deref(),
+        Some(uid.as_str()),
+        "the original Job is the evidence (it was not deleted and rerun)"
+    );
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
+    let warning = wait_event(cluster, &client, &ns, "StageTimedOut", "NodeWright").await;
+    let note = warning.message.clone().unwrap_or_default();
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    for part in [
+        "[stuck:1.0.0]",
+        "stage [apply]",
+        &format!("node [{node}]"),
+        "of 2 attempts",
+        "its pods are gone",
+    ] {
+        assert!(note.contains(part), "{part:?} in {note:?}");
+    }
+    wait_event(cluster, &client, &node, "StageTimedOut", "Node").await;
+    // Nothing runs the stage again: still the one Job, the record still erroring.
+    let all = jobs.list(&ListParams::default()).await.expect("jobs");
+    assert_eq!(
+        all.items
+            .iter()
+            .map(|j| j.metadata.uid.clone())
+            .collect::<Vec<_>>(),
+        vec![Some(uid.clone())]
+    );
+    let r = node_state(&client, &node, &ns)
+        .await
+        .and_then(|s| s.get("stuck", "1.0.0").cloned())
+        .expect("record");
+    assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::Erroring)));
+
+    // The user moves on to a version that works: it installs, and the timed-out version's record
+    // and Job go (nothing keeps showing an erroring package).
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"stuck": {
+            "version": "1.0.1",
+            "image": "ghcr.io/nvidia/skyhook/agentless"
+        }}}}),
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let state = node_state(&client, &node, &ns).await.expect("state");
+    assert!(
+        state.get("stuck", "1.0.0").is_none(),
+        "the timed-out version's record is gone: {state:?}"
+    );
+    let r = state.get("stuck", "1.0.1").expect("new record");
+    assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
+    cluster
+        .wait_for("the timed-out Job deleted", BOUND, || {
+            let (jobs, uid) = (jobs.clone(), uid.clone());
+            async move {
+                let list = jobs
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                Ok(list
+                    .items
+                    .iter()
+                    .all(|j| j.metadata.uid.as_deref() != Some(uid.as_str()))
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    second.stop().await;
+}
+
+/// Every Job the namespace ever showed, by uid (the last version seen): the interrupt Job of an
+/// earlier rollout is deleted once recorded, and a later list would miss it.
+fn watch_jobs(
+    api: Api<Job>,
+) -> (
+    Arc<Mutex<BTreeMap<String, Job>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let seen: Arc<Mutex<BTreeMap<String, Job>>> = Arc::default();
+    let sink = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(next) = stream.next().await {
+            if let Ok(job) = next
+                && let Some(uid) = job.metadata.uid.clone()
+            {
+                sink.lock().expect("lock").insert(uid, job);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Creates a NodeWright labelled for this test's operator (several per test).
+async fn create_scoped(client: &kube::Client, ns: &str, name: &str, spec: NodeWrightSpec) {
+    let spec = NodeWrightSpec {
+        priority: nodewright_shared::api::DEFAULT_PRIORITY,
+        ..spec
+    };
+    let mut nw = NodeWright::new(name, spec);
+    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.to_owned())]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_node() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("gating").await.expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let (seen, watch) = watch_jobs(jobs.clone());
+    // `b-slow`'s apply takes a while; everything else succeeds at once.
+    let hook = fate_for("slow", "apply", PodFate::succeed().delay("25s"));
+    let operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
+    // `a-boot` comes first (same priority, name order): it completes on the node before `b-slow`
+    // starts there, and does not wait for `b-slow` when it changes later.
+    let (boot, slow) = (format!("{ns}-a-boot"), format!("{ns}-b-slow"));
+    let mut rebooting = package("1.0.0", &[]);
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_scoped(
+        &client,
+        &ns,
+        &boot,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    create_scoped(
+        &client,
+        &ns,
+        &slow,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("slow".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &boot, Status::Complete).await;
+    // `b-slow`'s apply runs; now `a-boot` gets a new version, whose interrupt follows its upgrade
+    // and config while `b-slow`'s apply Job is still running on the node.
+    let slow_apply = cluster
+        .wait_for("b-slow's apply Job running", BOUND, || {
+            let seen = seen.clone();
+            async move {
+                Ok(seen
+                    .lock()
+                    .expect("lock")
+                    .values()
+                    .find(|j| {
+                        j.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply")
+                            && j.labels().get(keys::PACKAGE_LABEL).map(String::as_str)
+                                == Some("slow-1.0.0")
+                            && j.status.as_ref().and_then(|s| s.active) == Some(1)
+                    })
+                    .cloned())
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    patch_nodewright(
+        &client,
+        &boot,
+        json!({"spec": {"packages": {"boot": {"version": "1.0.1"}}}}),
+    )
+    .await;
+    wait_nodewright(cluster, &client, &boot, "1.0.1 complete", |nw| {
+        nw.status.as_ref().is_some_and(|s| {
+            s.status == Some(Status::Complete) && s.package_list.contains("boot:1.0.1")
+        })
+    })
+    .await;
+    wait_status(cluster, &client, &slow, Status::Complete).await;
+    watch.abort();
+
+    let seen = seen.lock().expect("lock").clone();
+    let slow_done = seen
+        .get(slow_apply.metadata.uid.as_deref().expect("uid"))
+        .and_then(|j| condition(j, "Complete"))
+        .expect("b-slow's apply Job completed");
+    let upgrade_interrupt = seen
+        .values()
+        .filter(|j| j.labels().get(keys::INTERRUPT_LABEL).is_some())
+        .filter(|j| j.labels().get(keys::NAME_LABEL).map(String::as_str) == Some(boot.as_str()))
+        .max_by_key(|j| j.metadata.creation_timestamp.clone())
+        .expect("a-boot's interrupt Job for 1.0.1");
+    let created = upgrade_interrupt
+        .metadata
+        .creation_timestamp
+        .clone()
+        .expect("creation time");
+    assert!(
+        created >= slow_done,
+        "a-boot's interrupt Job was created at {:?}, before b-slow's apply Job finished at {:?}",
+        created.0,
+        slow_done.0
+    );
+    operator.stop().await;
+}
