@@ -42,7 +42,8 @@ use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    node_state, on_nodes, operator_env, package, spawn_operator, wait_status, wait_timed_out_job,
+    node_state, on_nodes, operator_env, package, spawn_operator, wait_event, wait_status,
+    wait_timed_out_job,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
@@ -596,6 +597,21 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
     let r = state.get("stuck", "1.0.0").expect("record");
     assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
     assert_eq!(r.image, "ghcr.io/nvidia/skyhook/agentless");
+    // `kubectl get events` shows both: the timeout (cause: the deadline) and its clearing.
+    let timed_out = wait_event(cluster, &client, &ns, "StageTimedOut", "NodeWright").await;
+    let note = timed_out.message.unwrap_or_default();
+    assert!(
+        note.contains("after 3 of 3 attempts: deadline exceeded"),
+        "{note}"
+    );
+    let cleared = wait_event(cluster, &client, &ns, "StageTimeoutCleared", "NodeWright").await;
+    assert_eq!(cleared.type_.as_deref(), Some("Normal"));
+    assert!(
+        cleared
+            .message
+            .is_some_and(|m| m.contains("[stuck:1.0.0] stage [apply]")),
+    );
+    wait_event(cluster, &client, &node, "StageTimeoutCleared", "Node").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

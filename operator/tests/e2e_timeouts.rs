@@ -19,12 +19,12 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodewright_e2e::{Cluster, PodFate};
+use nodewright_e2e::PodFate;
 
 mod support;
 use nodewright_operator::JobHook;
@@ -34,7 +34,7 @@ use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, node_state,
-    on_nodes, operator_env, package, patch_nodewright, spawn_operator, wait_nodewright,
+    on_nodes, operator_env, package, patch_nodewright, spawn_operator, wait_event, wait_nodewright,
     wait_status, wait_timed_out_job,
 };
 
@@ -75,37 +75,6 @@ async fn pods_of(pods: &Api<Pod>, uid: &str) -> Vec<Pod> {
         .await
         .expect("pods listed")
         .items
-}
-
-/// Events about the object `name` with `reason` (any namespace: cluster-scoped objects' Events land
-/// in `default`).
-async fn events(client: &kube::Client, name: &str, reason: &str) -> Vec<Event> {
-    Api::<Event>::all(client.clone())
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name},reason={reason}")))
-        .await
-        .expect("events listed")
-        .items
-}
-
-async fn wait_event(
-    cluster: &Cluster,
-    client: &kube::Client,
-    name: &str,
-    reason: &str,
-    kind: &str,
-) -> Event {
-    cluster
-        .wait_for(&format!("a {reason} Event on {kind} {name}"), BOUND, || {
-            let client = client.clone();
-            async move {
-                Ok(events(&client, name, reason)
-                    .await
-                    .into_iter()
-                    .find(|e| e.involved_object.kind.as_deref() == Some(kind)))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Event, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
 use nodewright_operator::config::OperatorConfig;
 use nodewright_operator::state_metrics::StateMetrics;
@@ -356,4 +356,36 @@ pub fn condition<'a>(nw: &'a NodeWright, type_: &str) -> Option<&'a Condition> {
 /// Whether the condition is `status` with that reason (any reason when `None`).
 pub fn condition_is(nw: &NodeWright, type_: &str, status: &str, reason: Option<&str>) -> bool {
     condition(nw, type_).is_some_and(|c| c.status == status && reason.is_none_or(|r| c.reason == r))
+}
+
+/// Events about the object `name` with `reason` (any namespace: cluster-scoped objects' Events land
+/// in `default`).
+pub async fn events(client: &kube::Client, name: &str, reason: &str) -> Vec<Event> {
+    Api::<Event>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name},reason={reason}")))
+        .await
+        .expect("events listed")
+        .items
+}
+
+/// Waits for an Event about the `kind` object `name` with `reason`; returns it.
+pub async fn wait_event(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    reason: &str,
+    kind: &str,
+) -> Event {
+    cluster
+        .wait_for(&format!("a {reason} Event on {kind} {name}"), BOUND, || {
+            let client = client.clone();
+            async move {
+                Ok(events(&client, name, reason)
+                    .await
+                    .into_iter()
+                    .find(|e| e.involved_object.kind.as_deref() == Some(kind)))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
