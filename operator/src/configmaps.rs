@@ -8,13 +8,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde_json::{Map, Value, json};
 
 use crate::error::ReconcileError;
 use crate::naming;
+use crate::writes::{Writer, failed};
 
 /// Field manager of every server-side apply of the operator.
 pub const FIELD_MANAGER: &str = "nodewright-operator";
@@ -30,10 +31,6 @@ fn owner(nodewright: &NodeWright) -> Option<OwnerReference> {
         controller: Some(true),
         block_owner_deletion: Some(true),
     })
-}
-
-fn apply_params() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).force()
 }
 
 /// The package ConfigMaps a NodeWright needs: name → data.
@@ -81,14 +78,13 @@ pub async fn list_package_configmaps(
 /// ones no package needs any more (an old version after an upgrade). Returns the names of the
 /// ConfigMaps whose content changed.
 pub async fn sync_package_configmaps(
-    client: &kube::Client,
-    namespace: &str,
+    writer: &Writer,
     nodewright: &NodeWright,
     existing: &[ConfigMap],
     hold: &std::collections::BTreeSet<String>,
 ) -> Result<Vec<String>, ReconcileError> {
     let name = nodewright.name_any();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let namespace = writer.namespace();
     let wanted = wanted_package_configmaps(nodewright);
     let mut changed = Vec::new();
     for (cm_name, (package, version, data)) in &wanted {
@@ -120,9 +116,10 @@ pub async fn sync_package_configmaps(
             data: Some(data.clone()),
             ..ConfigMap::default()
         };
-        api.patch(cm_name, &apply_params(), &Patch::Apply(&cm))
+        writer
+            .apply_configmap(cm_name, &cm)
             .await
-            .map_err(ReconcileError::api(format!(
+            .map_err(failed(format!(
                 "applying ConfigMap {namespace}/{cm_name} of NodeWright {name}"
             )))?;
         if current.is_some() {
@@ -132,14 +129,13 @@ pub async fn sync_package_configmaps(
     for cm in existing {
         let cm_name = cm.name_any();
         if !wanted.contains_key(&cm_name) {
-            match api.delete(&cm_name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(source) => {
-                    return Err(ReconcileError::Api {
-                        action: format!("deleting stale ConfigMap {namespace}/{cm_name}"),
-                        source,
-                    });
+            match writer.delete_configmap(&cm_name).await {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(404) => {}
+                Err(e) => {
+                    return Err(
+                        e.context(format!("deleting stale ConfigMap {namespace}/{cm_name}"))
+                    );
                 }
             }
         }
@@ -182,8 +178,7 @@ pub fn packages_json(
 
 /// Applies the node-metadata ConfigMap of `node` (before a Job that mounts it is created).
 pub async fn apply_node_metadata(
-    client: &kube::Client,
-    namespace: &str,
+    writer: &Writer,
     nodewright: &NodeWright,
     node: &Node,
     agent_image: &str,
@@ -212,7 +207,7 @@ pub async fn apply_node_metadata(
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(cm_name.clone()),
-            namespace: Some(namespace.to_owned()),
+            namespace: Some(writer.namespace().to_owned()),
             labels: Some(BTreeMap::from([
                 (keys::NAME_LABEL.to_owned(), naming::label_value(&name)),
                 (NODE_META_LABEL.to_owned(), naming::label_value(&name)),
@@ -227,11 +222,12 @@ pub async fn apply_node_metadata(
         data: Some(data),
         ..ConfigMap::default()
     };
-    Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .patch(&cm_name, &apply_params(), &Patch::Apply(&cm))
+    writer
+        .apply_configmap(&cm_name, &cm)
         .await
-        .map_err(ReconcileError::api(format!(
-            "applying ConfigMap {namespace}/{cm_name}"
+        .map_err(failed(format!(
+            "applying ConfigMap {}/{cm_name}",
+            writer.namespace()
         )))?;
     Ok(())
 }

@@ -74,16 +74,19 @@ pub struct Context {
     pub term: CancellationToken,
     /// Test hooks and scoping.
     pub options: RunOptions,
-    /// Kubernetes Events.
-    pub events: crate::events::Events,
+    /// Kubernetes Events (not sent once the term ended).
+    pub events: crate::writes::Events,
+    /// Every other write of this term goes through it (refused once the term ended).
+    pub writer: crate::writes::Writer,
     /// NodeWright gauges and reconcile counters (unregistered handles when nobody scrapes them).
     pub metrics: crate::state_metrics::StateMetrics,
 }
 
 impl Context {
-    /// Whether this term still leads (writes are allowed).
+    /// Whether this term still leads: a reconcile that starts after it ended does nothing (each
+    /// write is gated again by [`crate::writes::Writer`]).
     pub fn leading(&self) -> bool {
-        !self.term.is_cancelled()
+        self.writer.leading()
     }
 
     /// Whether the Job store has completed its first list.

@@ -57,6 +57,14 @@ impl ReconcileError {
         move |source| ReconcileError::Api { action, source }
     }
 
+    /// Whether the leadership term ended (nothing to report: the next leader carries on).
+    pub fn is_term_ended(&self) -> bool {
+        matches!(
+            self,
+            ReconcileError::TermEnded | ReconcileError::Node(NodeWriteError::TermEnded { .. })
+        )
+    }
+
     /// Whether the error is a lost race that the next attempt resolves by re-reading.
     pub fn is_conflict(&self) -> bool {
         matches!(self, ReconcileError::Node(NodeWriteError::Conflict { .. }))

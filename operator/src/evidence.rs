@@ -12,7 +12,7 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, LogParams, Patch, PatchParams};
+use kube::api::{Api, LogParams};
 use nodewright_shared::keys;
 use serde_json::json;
 use tracing::{debug, info};
@@ -22,6 +22,7 @@ use crate::error::ReconcileError;
 use crate::outcome::{
     CONTAINER_STATUS_UNKNOWN, is_disrupted, is_genuine_failure, terminated_with_failure,
 };
+use crate::writes::failed;
 
 /// Most bytes of the annotation (annotations share a 256 KiB budget per object).
 pub const MAX_BYTES: usize = 4096;
@@ -215,19 +216,13 @@ pub async fn write_last_logs(
             }
         }
     };
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
-    Api::<Job>::namespaced(ctx.client.clone(), &ctx.config.namespace)
-        .patch(
+    ctx.writer
+        .patch_job(
             &job_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {keys::LAST_LOGS_ANNOTATION: text}}})),
+            json!({"metadata": {"annotations": {keys::LAST_LOGS_ANNOTATION: text}}}),
         )
         .await
-        .map_err(ReconcileError::api(format!(
-            "writing the last logs of Job {job_name}"
-        )))?;
+        .map_err(failed(format!("writing the last logs of Job {job_name}")))?;
     info!(job = %job_name, "kept the last logs as evidence");
     Ok(())
 }

@@ -7,13 +7,14 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
-use kube::api::{Api, EvictParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::core::{Selector, SelectorExt};
 use nodewright_shared::keys;
 use tracing::{debug, info};
 
 use crate::error::ReconcileError;
 use crate::node_patch::NodeEdit;
+use crate::writes::Writer;
 
 /// Whether `nodewright` holds a cordon on the node.
 pub fn holds_cordon(node: &Node, nodewright: &str) -> bool {
@@ -100,6 +101,7 @@ pub fn holding_pods(pods: &[Pod], selector: Option<&LabelSelector>) -> Result<Ve
 /// on their own, they must not be interrupted).
 pub async fn drain(
     client: &kube::Client,
+    writer: &Writer,
     node: &str,
     nodewright: &str,
     hold: Option<&LabelSelector>,
@@ -129,20 +131,16 @@ pub async fn drain(
         }
         let name = pod.name_any();
         let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-        match api.evict(&name, &EvictParams::default()).await {
-            Ok(_) => {
+        match writer.evict(&namespace, &name).await {
+            Ok(()) => {
                 info!(%node, %nodewright, pod = %format!("{namespace}/{name}"), "evicted for an interrupt")
             }
-            Err(kube::Error::Api(status)) if status.code == 429 => {
+            Err(e) if e.code() == Some(429) => {
                 debug!(%node, pod = %format!("{namespace}/{name}"), "eviction refused by a disruption budget; retrying later")
             }
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(ReconcileError::Api {
-                    action: format!("evicting pod {namespace}/{name} from node {node}"),
-                    source,
-                });
+            Err(e) if e.code() == Some(404) => {}
+            Err(e) => {
+                return Err(e.context(format!("evicting pod {namespace}/{name} from node {node}")));
             }
         }
     }

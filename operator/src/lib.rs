@@ -27,7 +27,6 @@ pub mod configmaps;
 pub mod context;
 pub mod drift;
 pub mod error;
-pub mod events;
 pub mod evidence;
 pub mod interrupts;
 pub mod job_state;
@@ -45,6 +44,7 @@ pub mod run;
 pub mod state_metrics;
 pub mod telemetry;
 pub mod webhook_certs;
+pub mod writes;
 
 pub use context::{JobHook, RunOptions};
 pub use run::{run, run_instrumented};

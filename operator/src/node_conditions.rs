@@ -14,12 +14,12 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use nodewright_shared::keys::GROUP;
 use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
+use crate::writes::failed;
 
 /// `nodewright.nvidia.com/<nw>/NotReady`.
 pub fn not_ready_type(nodewright: &str) -> String {
@@ -96,9 +96,6 @@ pub async fn sync(
     if changed.is_empty() {
         return Ok(());
     }
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
     let conditions: Vec<Value> = changed
         .into_iter()
         .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
@@ -119,9 +116,6 @@ pub async fn remove(ctx: &Context, node: &Node, nodewright: &str) -> Result<(), 
     if !present {
         return Ok(());
     }
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
     let deletions: Vec<Value> = types
         .iter()
         .map(|t| json!({ "type": t, "$patch": "delete" }))
@@ -131,10 +125,10 @@ pub async fn remove(ctx: &Context, node: &Node, nodewright: &str) -> Result<(), 
 
 async fn patch(ctx: &Context, node: &Node, body: Value) -> Result<(), ReconcileError> {
     let name = node.name_any();
-    Api::<Node>::all(ctx.client.clone())
-        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(body))
+    ctx.writer
+        .patch_node_status(&name, body)
         .await
-        .map_err(ReconcileError::api(format!(
+        .map_err(failed(format!(
             "writing the NodeWright conditions of node {name}"
         )))?;
     Ok(())

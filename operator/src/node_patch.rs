@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+
+use crate::writes::{WriteError, Writer};
 use serde_json::{Value, json};
 
 /// The changes to make to one node; `None` values remove the key.
@@ -74,6 +75,12 @@ pub enum NodeWriteError {
         /// The error.
         #[source]
         source: kube::Error,
+    },
+    /// The leadership term ended: nothing was sent.
+    #[error("the leadership term ended; node {node} not written")]
+    TermEnded {
+        /// Node name.
+        node: String,
     },
 }
 
@@ -172,7 +179,7 @@ pub fn node_patch(node: &Node, edit: &NodeEdit) -> Option<json_patch::Patch> {
 /// Applies `edit` to `node` (as read) with the resourceVersion precondition. Returns the updated node,
 /// or `None` when nothing had to change.
 pub async fn apply(
-    api: &Api<Node>,
+    writer: &Writer,
     node: &Node,
     edit: &NodeEdit,
 ) -> Result<Option<Node>, NodeWriteError> {
@@ -186,19 +193,15 @@ pub async fn apply(
     let Some(patch) = node_patch(node, edit) else {
         return Ok(None);
     };
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-    {
+    match writer.patch_node(&name, patch).await {
         Ok(updated) => Ok(Some(updated)),
         // 422: the `test` op failed; 409: a concurrent update won inside the apiserver; 404: gone.
-        Err(kube::Error::Api(status)) if matches!(status.code, 409 | 422 | 404) => {
-            Err(NodeWriteError::Conflict {
-                node: name,
-                resource_version,
-            })
-        }
-        Err(source) => Err(NodeWriteError::Api { node: name, source }),
+        Err(e) if matches!(e.code(), Some(409 | 422 | 404)) => Err(NodeWriteError::Conflict {
+            node: name,
+            resource_version,
+        }),
+        Err(WriteError::TermEnded) => Err(NodeWriteError::TermEnded { node: name }),
+        Err(WriteError::Api(source)) => Err(NodeWriteError::Api { node: name, source }),
     }
 }
 

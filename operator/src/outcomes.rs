@@ -19,7 +19,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use nodewright_shared::keys;
@@ -31,13 +31,14 @@ use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::job_state::{Recorded, node_of, package_of, recorded};
 use crate::jobs::PackageAnnotation;
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::node_patch::NodeEdit;
 use crate::outcome::{
     JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, evidence_to_prune,
     is_interrupt_job, timeout_cause,
 };
 use crate::rollout::node_work::parse_state;
 use crate::state_metrics::Outcome;
+use crate::writes::{Unchanged, WriteError, failed};
 
 /// How long a Job may sit at `FailureTarget` before it is looked at again.
 const STUCK_RECHECK: Duration = Duration::from_secs(30);
@@ -178,7 +179,7 @@ pub fn error_policy(job: Arc<Job>, error: &ReconcileError, _ctx: Arc<Context>) -
     if error.is_conflict() {
         return Action::requeue(Duration::from_millis(500));
     }
-    if !matches!(error, ReconcileError::TermEnded) {
+    if !error.is_term_ended() {
         warn!(job = %job.name_any(), %error, "recording a Job outcome failed");
     }
     Action::requeue(Duration::from_secs(5))
@@ -264,13 +265,14 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
             )
             .await?;
             for pod in evidence_to_prune(&pods) {
-                match pods_api.delete(&pod, &DeleteParams::default()).await {
-                    Ok(_) | Err(kube::Error::Api(_)) => {}
-                    Err(source) => {
-                        return Err(ReconcileError::Api {
-                            action: format!("pruning failed attempt {pod} of Job {name}"),
-                            source,
-                        });
+                match ctx.writer.delete_pod(&pod).await {
+                    Ok(()) => {}
+                    // Gone already, or refused: pruning is best effort, the evidence stays.
+                    Err(WriteError::Api(kube::Error::Api(_))) => {}
+                    Err(e) => {
+                        return Err(
+                            e.context(format!("pruning failed attempt {pod} of Job {name}"))
+                        );
                     }
                 }
             }
@@ -371,56 +373,32 @@ async fn record(
     interrupt: bool,
     outcome: Record,
 ) -> Result<(), ReconcileError> {
-    let api: Api<Node> = Api::all(ctx.client.clone());
+    let start = match ctx.nodes.get(&ObjectRef::new(node)) {
+        Some(cached) => Node::clone(&cached),
+        None => match ctx.writer.read_node(node).await? {
+            Some(read) => read,
+            None => return Ok(()),
+        },
+    };
     let key = keys::node_state_key(&job.nodewright);
-    let mut cached = ctx.nodes.get(&ObjectRef::new(node)).map(|n| (*n).clone());
-    for attempt in 0..5 {
-        let from_cache = cached.is_some();
-        let current = match cached.take() {
-            Some(n) => n,
-            None => match api
-                .get_opt(node)
-                .await
-                .map_err(ReconcileError::api(format!("reading node {node}")))?
-            {
-                Some(n) => n,
-                None => return Ok(()),
-            },
-        };
-        let Some(mut state) = parse_state(&current, &job.nodewright) else {
-            if from_cache {
-                continue;
-            }
-            warn!(node, nodewright = %job.nodewright, "node state is malformed; outcome not recorded");
-            return Ok(());
-        };
-        if !apply_record(&mut state, job, interrupt, outcome) {
-            if from_cache {
-                continue;
-            }
-            return Ok(());
-        }
-        let mut edit = NodeEdit::default();
-        edit.annotate(key.clone(), state.to_annotation());
-        if !ctx.leading() {
-            return Err(ReconcileError::TermEnded);
-        }
-        match node_patch::apply(&api, &current, &edit).await {
-            Ok(_) => {
-                info!(node, package = %job.name, stage = %job.stage, ?outcome, "recorded outcome");
-                return Ok(());
-            }
-            Err(NodeWriteError::Conflict { .. }) if attempt < 4 => continue,
-            Err(e) => return Err(e.into()),
-        }
+    let written = ctx
+        .writer
+        .write_node(&start, Unchanged::Confirm, |current| {
+            let Some(mut state) = parse_state(current, &job.nodewright) else {
+                warn!(node, nodewright = %job.nodewright, "node state is malformed; outcome not recorded");
+                return None;
+            };
+            apply_record(&mut state, job, interrupt, outcome).then(|| {
+                let mut edit = NodeEdit::default();
+                edit.annotate(key.clone(), state.to_annotation());
+                edit
+            })
+        })
+        .await?;
+    if written.is_some() {
+        info!(node, package = %job.name, stage = %job.stage, ?outcome, "recorded outcome");
     }
-    // Only reachable if every attempt lost a race: the outcome is not recorded, so the Job must not
-    // be marked either; the conflict error retries the whole reconcile shortly.
-    Err(NodeWriteError::Conflict {
-        node: node.to_owned(),
-        resource_version: String::new(),
-    }
-    .into())
+    Ok(())
 }
 
 /// Marks the Job's outcome as recorded and starts its TTL.
@@ -430,19 +408,14 @@ async fn mark(
     outcome: Recorded,
     ttl_seconds: i32,
 ) -> Result<(), ReconcileError> {
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
     let patch = json!({
         "metadata": {"annotations": {keys::STATE_RECORDED_ANNOTATION: outcome.as_str()}},
         "spec": {"ttlSecondsAfterFinished": ttl_seconds},
     });
-    Api::<Job>::namespaced(ctx.client.clone(), &ctx.config.namespace)
-        .patch(job, &PatchParams::default(), &Patch::Merge(patch))
+    ctx.writer
+        .patch_job(job, patch)
         .await
-        .map_err(ReconcileError::api(format!(
-            "marking Job {job} as recorded"
-        )))?;
+        .map_err(failed(format!("marking Job {job} as recorded")))?;
     Ok(())
 }
 

@@ -138,7 +138,12 @@ pub async fn run_instrumented(
             jobs_synced,
             term: stop.clone(),
             options: options.clone(),
-            events: crate::events::Events::new(client.clone(), &config.lease.identity),
+            events: crate::writes::Events::new(
+                client.clone(),
+                &config.lease.identity,
+                stop.clone(),
+            ),
+            writer: crate::writes::Writer::new(client.clone(), &config.namespace, stop.clone()),
             metrics: state_metrics.clone(),
         });
         // The certificate controller is leader-only like the reconcilers, and ends with the term.

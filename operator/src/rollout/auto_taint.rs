@@ -18,13 +18,13 @@ use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use tracing::info;
 
-use super::node_work::write_node;
 use super::selection::NodeSelection;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::jobs::RuntimeTaint;
 use crate::naming;
 use crate::node_patch::NodeEdit;
+use crate::writes::Unchanged;
 
 /// The marker value.
 const TAINTED: &str = "true";
@@ -96,10 +96,12 @@ pub async fn taint_new_nodes(
     let taint = &ctx.job_config.runtime_required_taint;
     let mut tainted = 0;
     for cached in nodes.iter().filter(|n| needs_taint(all, n, taint)) {
-        let written = write_node(ctx, cached, |node| {
-            needs_taint(all, node, taint).then(|| taint_edit(node, taint))
-        })
-        .await?;
+        let written = ctx
+            .writer
+            .write_node(cached, Unchanged::Believe, |node| {
+                needs_taint(all, node, taint).then(|| taint_edit(node, taint))
+            })
+            .await?;
         if written.is_some() {
             info!(node = %cached.name_any(), taint = %taint.key, "tainted a new node until its runtime-required NodeWrights complete");
             tainted += 1;

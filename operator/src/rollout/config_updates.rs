@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Patch;
 use nodewright_shared::api::{Interrupt, NodeWright, Package};
 use nodewright_shared::glob;
 use nodewright_shared::keys;
@@ -28,12 +28,13 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::{Map, Value, json};
 use tracing::info;
 
-use super::node_work::{parse_state, write_node};
+use super::node_work::parse_state;
 use crate::configmaps;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::jobs::merge_interrupts;
 use crate::node_patch::NodeEdit;
+use crate::writes::{Unchanged, failed};
 
 /// Keys added or whose value changed, sorted (removed keys are ignored, as upstream).
 pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
@@ -202,8 +203,7 @@ pub async fn sync(
     for node in nodes {
         queue_on_node(ctx, &name, node, &changes).await?;
     }
-    configmaps::sync_package_configmaps(&ctx.client, namespace, nodewright, &existing, &hold)
-        .await?;
+    configmaps::sync_package_configmaps(&ctx.writer, nodewright, &existing, &hold).await?;
     Ok(written)
 }
 
@@ -222,17 +222,13 @@ async fn write_updates(
     for (p, keys) in updates {
         value.insert(p.clone(), json!(keys));
     }
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
-    Api::<NodeWright>::all(ctx.client.clone())
-        .patch_status(
+    ctx.writer
+        .patch_nodewright_status(
             nodewright,
-            &PatchParams::default(),
             &Patch::Merge(json!({"status": {"configUpdates": value}})),
         )
         .await
-        .map_err(ReconcileError::api(format!(
+        .map_err(failed(format!(
             "recording the config updates of NodeWright {nodewright}"
         )))?;
     Ok(())
@@ -248,19 +244,20 @@ async fn queue_on_node(
     if changes.is_empty() {
         return Ok(());
     }
-    write_node(ctx, node, |node| {
-        let mut state = parse_state(node, nodewright)?;
-        let mut changed = false;
-        for (package, version) in changes {
-            changed |= queue(&mut state, package, version);
-        }
-        changed.then(|| {
-            let mut edit = NodeEdit::default();
-            edit.annotate(keys::node_state_key(nodewright), state.to_annotation());
-            edit
+    ctx.writer
+        .write_node(node, Unchanged::Believe, |node| {
+            let mut state = parse_state(node, nodewright)?;
+            let mut changed = false;
+            for (package, version) in changes {
+                changed |= queue(&mut state, package, version);
+            }
+            changed.then(|| {
+                let mut edit = NodeEdit::default();
+                edit.annotate(keys::node_state_key(nodewright), state.to_annotation());
+                edit
+            })
         })
-    })
-    .await?;
+        .await?;
     Ok(())
 }
 

@@ -7,18 +7,18 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde_json::{Value, json};
 use tracing::info;
 
-use super::node_work::write_node;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::interrupts;
 use crate::node_patch::NodeEdit;
+use crate::writes::{Unchanged, failed};
 
 /// Whether the NodeWright carries the finalizer.
 pub fn has_finalizer(nodewright: &NodeWright) -> bool {
@@ -45,15 +45,10 @@ pub async fn add(ctx: &Context, nodewright: &NodeWright) -> Result<(), Reconcile
         json!([{"op": "test", "path": "/metadata/resourceVersion", "value": rv}, op]),
         "finalizer patch",
     )?;
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
-    Api::<NodeWright>::all(ctx.client.clone())
-        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+    ctx.writer
+        .patch_nodewright(&name, &Patch::Json(patch))
         .await
-        .map_err(ReconcileError::api(format!(
-            "adding the finalizer to NodeWright {name}"
-        )))?;
+        .map_err(failed(format!("adding the finalizer to NodeWright {name}")))?;
     info!(nodewright = %name, "added finalizer");
     Ok(())
 }
@@ -74,7 +69,11 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
         return Ok(Action::await_change());
     }
     for cached in ctx.nodes.state() {
-        write_node(ctx, &cached, |node| Some(cleanup_edit(node, &name))).await?;
+        ctx.writer
+            .write_node(&cached, Unchanged::Believe, |node| {
+                Some(cleanup_edit(node, &name))
+            })
+            .await?;
         crate::node_conditions::remove(ctx, &cached, &name).await?;
     }
     let index = nodewright
@@ -91,21 +90,14 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
         ]),
         "finalizer removal",
     )?;
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
-    match Api::<NodeWright>::all(ctx.client.clone())
-        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+    match ctx
+        .writer
+        .patch_nodewright(&name, &Patch::Json(patch))
         .await
     {
         Ok(_) => info!(nodewright = %name, "nodes cleaned; removed finalizer"),
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(source) => {
-            return Err(ReconcileError::Api {
-                action: format!("removing the finalizer of NodeWright {name}"),
-                source,
-            });
-        }
+        Err(e) if e.code() == Some(404) => {}
+        Err(e) => return Err(e.context(format!("removing the finalizer of NodeWright {name}"))),
     }
     Ok(Action::await_change())
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use nodewright_shared::api::NodeWright;
 use serde_json::json;
 use tracing::info;
@@ -15,6 +15,7 @@ use crate::context::Context;
 use crate::drift;
 use crate::error::ReconcileError;
 use crate::job_state::{JobIndex, Recorded, is_finished, is_suspended, package_of, recorded};
+use crate::writes::failed;
 
 fn api(ctx: &Context) -> Api<Job> {
     Api::namespaced(ctx.client.clone(), &ctx.config.namespace)
@@ -68,15 +69,12 @@ pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
         hook(&mut job);
     }
     let name = job.name_any();
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
-    match api(ctx).create(&PostParams::default(), &job).await {
+    match ctx.writer.create_job(&job).await {
         Ok(_) => {
             info!(job = %name, "created Job");
             Ok(())
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+        Err(e) if e.code() == Some(409) => {
             let existing = api(ctx)
                 .get_opt(&name)
                 .await
@@ -88,28 +86,19 @@ pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
             }
             Ok(())
         }
-        Err(source) => Err(ReconcileError::Api {
-            action: format!("creating Job {}/{name}", ctx.config.namespace),
-            source,
-        }),
+        Err(e) => Err(e.context(format!("creating Job {}/{name}", ctx.config.namespace))),
     }
 }
 
 /// Deletes a Job and its pods (background propagation). Gone already is fine.
 pub async fn delete(ctx: &Context, name: &str) -> Result<(), ReconcileError> {
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
-    match api(ctx).delete(name, &DeleteParams::background()).await {
-        Ok(_) => {
+    match ctx.writer.delete_job(name).await {
+        Ok(()) => {
             info!(job = %name, "deleted Job");
             Ok(())
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(source) => Err(ReconcileError::Api {
-            action: format!("deleting Job {}/{name}", ctx.config.namespace),
-            source,
-        }),
+        Err(e) if e.code() == Some(404) => Ok(()),
+        Err(e) => Err(e.context(format!("deleting Job {}/{name}", ctx.config.namespace))),
     }
 }
 
@@ -123,20 +112,11 @@ pub async fn set_suspended(
         .iter()
         .filter(|j| !is_finished(j) && is_suspended(j) != suspend)
     {
-        if !ctx.leading() {
-            return Err(ReconcileError::TermEnded);
-        }
         let name = job.name_any();
-        api(ctx)
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"suspend": suspend}})),
-            )
+        ctx.writer
+            .patch_job(&name, json!({"spec": {"suspend": suspend}}))
             .await
-            .map_err(ReconcileError::api(format!(
-                "setting suspend={suspend} on Job {name}"
-            )))?;
+            .map_err(failed(format!("setting suspend={suspend} on Job {name}")))?;
         info!(job = %name, suspend, "changed Job suspension");
     }
     Ok(())

@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use nodewright_shared::api::{
     BatchState, CompartmentStatus, DeploymentPolicy, NodeWright, NodeWrightStatus, Status,
@@ -54,6 +54,7 @@ use self::budget::{Slot, admit};
 use self::node_work::{parse_state, status_edit};
 use self::selection::{Blocker, NodeSelection, blocker, selection_tolerations};
 use self::status::{NodeFacts, StatusInput, any_erroring, node_status};
+use crate::writes::{Unchanged, failed};
 
 /// The annotation value that turns pause or disable on.
 const ON: &str = "true";
@@ -89,7 +90,7 @@ pub fn error_policy(
     if error.is_conflict() {
         return Action::requeue(Duration::from_millis(500));
     }
-    if !matches!(error, ReconcileError::TermEnded) {
+    if !error.is_term_ended() {
         warn!(nodewright = %nodewright.name_any(), %error, "reconcile failed");
     }
     Action::requeue(Duration::from_secs(10))
@@ -544,19 +545,22 @@ async fn mark_node(
     complete: bool,
     lift_runtime_taint: bool,
 ) -> Result<(), ReconcileError> {
-    node_work::write_node(ctx, node, |node| {
-        let mut edit = NodeEdit::default();
-        status_edit(&mut edit, nodewright, status);
-        if complete {
-            interrupts::uncordon(&mut edit, node, nodewright);
-        }
-        if lift_runtime_taint {
-            edit.taints =
-                runtime_taint::without_runtime_taint(node, &ctx.job_config.runtime_required_taint);
-        }
-        Some(edit)
-    })
-    .await?;
+    ctx.writer
+        .write_node(node, Unchanged::Believe, |node| {
+            let mut edit = NodeEdit::default();
+            status_edit(&mut edit, nodewright, status);
+            if complete {
+                interrupts::uncordon(&mut edit, node, nodewright);
+            }
+            if lift_runtime_taint {
+                edit.taints = runtime_taint::without_runtime_taint(
+                    node,
+                    &ctx.job_config.runtime_required_taint,
+                );
+            }
+            Some(edit)
+        })
+        .await?;
     Ok(())
 }
 
@@ -591,15 +595,10 @@ async fn write_status(
                 source,
             }
         })?;
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
-    Api::<NodeWright>::all(ctx.client.clone())
-        .patch_status(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+    ctx.writer
+        .patch_nodewright_status(&name, &Patch::Json(patch))
         .await
-        .map_err(ReconcileError::api(format!(
-            "writing the status of NodeWright {name}"
-        )))?;
+        .map_err(failed(format!("writing the status of NodeWright {name}")))?;
     if old.status != status.status {
         let (from, to) = (
             old.status.unwrap_or_default().as_str(),

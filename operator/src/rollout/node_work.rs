@@ -5,7 +5,6 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::Api;
 use nodewright_shared::api::{NodeWright, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
@@ -28,54 +27,13 @@ pub fn status_edit(edit: &mut NodeEdit, nodewright: &str, status: Status) {
     edit.label(keys::node_status_key(nodewright), status.as_str());
 }
 
-/// Writes to `node` the edit that `edit` computes from it (`None`: nothing to do), with the
-/// resourceVersion precondition; on a conflict reads the node again and recomputes, up to 4 attempts.
-/// Returns the node as written, or `None` when nothing was written (no change, or the node is gone).
-/// The one loop every node writer of a rollout pass uses, so none can lose another's update.
-pub async fn write_node(
-    ctx: &Context,
-    node: &Node,
-    mut edit: impl FnMut(&Node) -> Option<NodeEdit>,
-) -> Result<Option<Node>, ReconcileError> {
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let node_name = node.name_any();
-    let mut node = node.clone();
-    for attempt in 0..4 {
-        let Some(change) = edit(&node) else {
-            return Ok(None);
-        };
-        if !ctx.leading() {
-            return Err(ReconcileError::TermEnded);
-        }
-        match node_patch::apply(&api, &node, &change).await {
-            Ok(written) => return Ok(written),
-            Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
-                match api
-                    .get_opt(&node_name)
-                    .await
-                    .map_err(ReconcileError::api(format!("reading node {node_name}")))?
-                {
-                    Some(fresh) => node = fresh,
-                    None => return Ok(None),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(None)
-}
-
 /// Reads a node from the API server (not the cache) with its parsed state; `None` when it is gone.
 pub async fn reread(
     ctx: &Context,
     nodewright: &str,
     node: &str,
 ) -> Result<Option<(Node, Option<NodeState>)>, ReconcileError> {
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let fresh = api
-        .get_opt(node)
-        .await
-        .map_err(ReconcileError::api(format!("reading node {node}")))?;
+    let fresh = ctx.writer.read_node(node).await?;
     Ok(fresh.map(|n| {
         let state = parse_state(&n, nodewright);
         (n, state)
@@ -113,7 +71,6 @@ pub async fn advance(
 ) -> Result<NodeResult, ReconcileError> {
     let nw = nodewright.name_any();
     let name = node.name_any();
-    let api: Api<Node> = Api::all(ctx.client.clone());
     let mut node = node.clone();
     let mut state = state;
     let mut fresh = false;
@@ -166,10 +123,7 @@ pub async fn advance(
         } else if p.cordon && !interrupts::holds_cordon(&node, &nw) {
             interrupts::cordon(&mut edit, &nw);
         }
-        if !ctx.leading() {
-            return Err(ReconcileError::TermEnded);
-        }
-        match node_patch::apply(&api, &node, &edit).await {
+        match node_patch::apply(&ctx.writer, &node, &edit).await {
             Ok(Some(updated)) => node = updated,
             Ok(None) => {}
             Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
@@ -280,14 +234,8 @@ async fn execute(
         .iter()
         .any(|c| matches!(c, Creation::Package { .. }))
     {
-        configmaps::apply_node_metadata(
-            &ctx.client,
-            &ctx.config.namespace,
-            nodewright,
-            node,
-            &ctx.job_config.agent_image,
-        )
-        .await?;
+        configmaps::apply_node_metadata(&ctx.writer, nodewright, node, &ctx.job_config.agent_image)
+            .await?;
     }
     for creation in &p.create {
         let disruptive = matches!(
@@ -314,6 +262,7 @@ async fn execute(
                         .await;
                     let d = interrupts::drain(
                         &ctx.client,
+                        &ctx.writer,
                         &name,
                         &nw,
                         nodewright.spec.pod_non_interrupt_labels.as_ref(),

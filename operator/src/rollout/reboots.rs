@@ -11,16 +11,16 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Patch;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde_json::json;
 use tracing::info;
 
-use super::node_work::write_node;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::node_patch::NodeEdit;
+use crate::writes::{Unchanged, failed};
 
 /// The node's current boot ID, if the kubelet reported one.
 pub fn boot_id(node: &Node) -> Option<&str> {
@@ -92,7 +92,9 @@ pub async fn reset_rebooted(
     }
     for cached in rebooted {
         let node_name = cached.name_any();
-        write_node(ctx, cached, |_| Some(reset_edit(&name))).await?;
+        ctx.writer
+            .write_node(cached, Unchanged::Believe, |_| Some(reset_edit(&name)))
+            .await?;
         info!(nodewright = %name, node = %node_name, "node rebooted: reset its state (REAPPLY_ON_REBOOT)");
         ctx.events
             .on_node(
@@ -104,18 +106,14 @@ pub async fn reset_rebooted(
             )
             .await;
     }
-    if !ctx.leading() {
-        return Err(ReconcileError::TermEnded);
-    }
     let ids = current_ids(&previous, nodes);
-    Api::<NodeWright>::all(ctx.client.clone())
-        .patch_status(
+    ctx.writer
+        .patch_nodewright_status(
             &name,
-            &PatchParams::default(),
             &Patch::Merge(json!({"status": {"nodeBootIds": ids}})),
         )
         .await
-        .map_err(ReconcileError::api(format!(
+        .map_err(failed(format!(
             "recording the boot IDs of NodeWright {name}"
         )))?;
     Ok(true)

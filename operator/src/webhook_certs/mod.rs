@@ -34,6 +34,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::writes::{WriteError, Writer};
+
 pub use settings::{Settings, SettingsError};
 
 /// Why a pass failed. Passes are retried (with back-off) until the term ends, so these are logged,
@@ -52,6 +54,12 @@ pub enum Error {
     /// Certificate generation failed.
     #[error("generating webhook certificates: {0}")]
     Generate(#[from] nodewright_certs::CertError),
+    /// A write was refused: the leadership term ended (the next leader carries on).
+    #[error("{action}: the leadership term ended; not written")]
+    TermEnded {
+        /// What was being done.
+        action: String,
+    },
     /// A pass kept writing without reaching a steady state (someone else keeps changing the
     /// objects).
     #[error("the webhook certificates did not settle after {0} consecutive writes")]
@@ -67,16 +75,26 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// Events arriving this close together are handled by one pass.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
-/// The API handles of one controller.
+/// Maps a refused or failed write into the controller's error, naming `action`.
+fn write_err(action: String) -> impl FnOnce(WriteError) -> Error {
+    move |e| match e {
+        WriteError::TermEnded => Error::TermEnded { action },
+        WriteError::Api(source) => Error::Kube { action, source },
+    }
+}
+
+/// The API handles of one controller: reads through `Api`s, every write through the term's writer.
 struct Apis {
     secrets: Api<Secret>,
     mutating: Api<MutatingWebhookConfiguration>,
     validating: Api<ValidatingWebhookConfiguration>,
+    writer: Writer,
 }
 
 impl Apis {
-    fn new(client: &kube::Client, settings: &Settings) -> Self {
+    fn new(client: &kube::Client, settings: &Settings, term: CancellationToken) -> Self {
         Apis {
+            writer: Writer::new(client.clone(), &settings.namespace, term),
             secrets: Api::namespaced(client.clone(), &settings.namespace),
             mutating: Api::all(client.clone()),
             validating: Api::all(client.clone()),
@@ -119,24 +137,24 @@ async fn pass(apis: &Apis, settings: &Settings) -> Result<PassOutcome, Error> {
         }
 
         // The safe order: CA (and bundle), then caBundle everywhere, then the serving certificate.
-        let mut wrote = store::write_ca(&apis.secrets, &settings.ca_secret, &stored, &next).await?;
-        wrote |= publish::publish(
-            &apis.mutating,
+        let mut wrote = store::write_ca(&apis.writer, &settings.ca_secret, &stored, &next).await?;
+        wrote |= publish::publish::<MutatingWebhookConfiguration>(
+            &apis.writer,
             "MutatingWebhookConfiguration",
             &settings.mutating_configuration,
             &mutating,
             &next.bundle,
         )
         .await?;
-        wrote |= publish::publish(
-            &apis.validating,
+        wrote |= publish::publish::<ValidatingWebhookConfiguration>(
+            &apis.writer,
             "ValidatingWebhookConfiguration",
             &settings.validating_configuration,
             &validating,
             &next.bundle,
         )
         .await?;
-        wrote |= store::write_serving(&apis.secrets, &settings.tls_secret, &stored, &next).await?;
+        wrote |= store::write_serving(&apis.writer, &settings.tls_secret, &stored, &next).await?;
 
         if !wrote {
             debug!(next_check = %decision.next_check, "webhook certificates are current");
@@ -158,7 +176,12 @@ pub async fn reconcile_once(
     client: kube::Client,
     settings: &Settings,
 ) -> Result<PassOutcome, Error> {
-    pass(&Apis::new(&client, settings), settings).await
+    // Not tied to a leadership term: the caller asked for this one pass.
+    pass(
+        &Apis::new(&client, settings, CancellationToken::new()),
+        settings,
+    )
+    .await
 }
 
 /// Sends a trigger for every event of a watch of the object `name` (by field selector, so RBAC can
@@ -205,7 +228,7 @@ pub async fn run(
     let span =
         info_span!("webhook_certs", namespace = %settings.namespace, secret = %settings.tls_secret);
     async move {
-        let apis = Apis::new(&client, &settings);
+        let apis = Apis::new(&client, &settings, term.clone());
         let (tx, mut rx) = mpsc::channel(16);
         // Dropped (and so aborted) when this function returns.
         let mut watches = JoinSet::new();

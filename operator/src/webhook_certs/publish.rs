@@ -10,12 +10,13 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use nodewright_certs::material::needs_publish;
 use serde_json::json;
 use tracing::info;
 
-use super::Error;
+use super::{Error, write_err};
+use crate::writes::Writer;
 
 /// The webhook entries of one configuration: name and published caBundle (PEM text).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -113,26 +114,26 @@ pub fn patch_body(names: &[String], bundle: &str) -> serde_json::Value {
 
 /// Patches the stale entries of one configuration (of kind `K`). Returns whether it wrote.
 pub async fn publish<K>(
-    api: &Api<K>,
+    writer: &Writer,
     kind: &str,
     name: &str,
     published: &Published,
     bundle: &str,
 ) -> Result<bool, Error>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     let stale = published.stale(bundle);
     if !published.exists || stale.is_empty() {
         return Ok(false);
     }
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Strategic(patch_body(&stale, bundle)),
-    )
-    .await
-    .map_err(kube_err(format!("patching caBundle of {kind} {name}")))?;
+    writer
+        .patch_webhook_configuration::<K>(name, patch_body(&stale, bundle))
+        .await
+        .map_err(write_err(format!("patching caBundle of {kind} {name}")))?;
     info!(%kind, configuration = %name, webhooks = ?stale, "published the webhook CA bundle");
     Ok(true)
 }

@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use nodewright_certs::PemPair;
 use nodewright_certs::material::Material;
 
-use super::Error;
+use super::{Error, write_err};
+use crate::writes::Writer;
 
 /// CA Secret key: the current CA certificate.
 pub const CA_CERT: &str = "ca.crt";
@@ -85,7 +86,7 @@ fn data(entries: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
 /// Sets `entries` as the Secret's data (other keys are kept), creating it if absent. Returns
 /// whether anything was written.
 async fn write(
-    api: &Api<Secret>,
+    writer: &Writer,
     name: &str,
     existing: Option<&Secret>,
     entries: &[(&str, &str)],
@@ -99,12 +100,10 @@ async fn write(
                 return Ok(false);
             }
             current.extend(wanted);
-            api.replace(name, &PostParams::default(), &updated)
+            writer
+                .replace_secret(name, &updated)
                 .await
-                .map_err(|source| Error::Kube {
-                    action: format!("updating Secret {name}"),
-                    source,
-                })?;
+                .map_err(write_err(format!("updating Secret {name}")))?;
         }
         None => {
             let secret = Secret {
@@ -120,12 +119,10 @@ async fn write(
                 data: Some(wanted),
                 ..Secret::default()
             };
-            api.create(&PostParams::default(), &secret)
+            writer
+                .create_secret(&secret)
                 .await
-                .map_err(|source| Error::Kube {
-                    action: format!("creating Secret {name}"),
-                    source,
-                })?;
+                .map_err(write_err(format!("creating Secret {name}")))?;
         }
     }
     Ok(true)
@@ -133,7 +130,7 @@ async fn write(
 
 /// Writes the CA Secret if its content differs from `material`.
 pub async fn write_ca(
-    api: &Api<Secret>,
+    writer: &Writer,
     name: &str,
     stored: &Stored,
     material: &Material,
@@ -142,7 +139,7 @@ pub async fn write_ca(
         return Ok(false);
     };
     write(
-        api,
+        writer,
         name,
         stored.ca_secret.as_ref(),
         &[
@@ -157,7 +154,7 @@ pub async fn write_ca(
 /// Writes the serving Secret if its content differs from `material`; `ca.crt` is the bundle, for
 /// clients that want to verify the webhook themselves.
 pub async fn write_serving(
-    api: &Api<Secret>,
+    writer: &Writer,
     name: &str,
     stored: &Stored,
     material: &Material,
@@ -166,7 +163,7 @@ pub async fn write_serving(
         return Ok(false);
     };
     write(
-        api,
+        writer,
         name,
         stored.tls_secret.as_ref(),
         &[

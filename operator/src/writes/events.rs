@@ -1,11 +1,12 @@
 //! Kubernetes Events with upstream's reasons (upstream-operator.md §6.5), so `kubectl describe`
 //! shows what the operator did and why. Publishing is best effort: a failed Event is logged, never
-//! a failed reconcile.
+//! a failed reconcile. Like every write, an Event is not sent once the leadership term ended.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use nodewright_shared::api::NodeWright;
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 /// The component name in every Event.
@@ -15,11 +16,12 @@ pub const REPORTER: &str = "nodewright-operator";
 #[derive(Clone)]
 pub struct Events {
     recorder: Recorder,
+    term: CancellationToken,
 }
 
 impl Events {
-    /// A publisher reporting as `instance` (the pod name).
-    pub fn new(client: kube::Client, instance: &str) -> Self {
+    /// A publisher reporting as `instance` (the pod name) for the leadership term `term`.
+    pub fn new(client: kube::Client, instance: &str, term: CancellationToken) -> Self {
         Events {
             recorder: Recorder::new(
                 client,
@@ -28,6 +30,7 @@ impl Events {
                     instance: Some(instance.to_owned()),
                 },
             ),
+            term,
         }
     }
 
@@ -38,6 +41,10 @@ impl Events {
         reason: &str,
         note: String,
     ) {
+        if self.term.is_cancelled() {
+            debug!(reason, "the leadership term ended; Event not sent");
+            return;
+        }
         let event = Event {
             type_,
             reason: reason.to_owned(),

@@ -1,0 +1,105 @@
+//! Node writes: annotations, labels, taints and cordon (a JSON Patch carrying a resourceVersion
+//! `test`, built by [`crate::node_patch`]), and node status conditions.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::{WriteError, Writer};
+use crate::error::ReconcileError;
+use crate::node_patch::{self, NodeEdit, NodeWriteError};
+
+impl Writer {
+    /// Applies a JSON Patch to the node `name`.
+    pub async fn patch_node(
+        &self,
+        name: &str,
+        patch: json_patch::Patch,
+    ) -> Result<Node, WriteError> {
+        let client = self.gate()?;
+        Ok(Api::<Node>::all(client.clone())
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await?)
+    }
+
+    /// Strategic-merge-patches the node's status (its conditions).
+    pub async fn patch_node_status(
+        &self,
+        name: &str,
+        body: serde_json::Value,
+    ) -> Result<Node, WriteError> {
+        let client = self.gate()?;
+        Ok(Api::<Node>::all(client.clone())
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+            .await?)
+    }
+}
+
+/// What a node writer concludes when its edit finds nothing to write on the node it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unchanged {
+    /// Nothing to do: the node it was given is recent enough for that answer.
+    Believe,
+    /// Only a fresh read may say so: the node came from a cache, which can lag behind a write
+    /// that makes this one necessary again (e.g. a rerun reset the record an outcome goes into).
+    Confirm,
+}
+
+/// How many times a node write is recomputed after losing a race before the reconcile gives up
+/// (with a conflict, which requeues it at once).
+const NODE_WRITE_ATTEMPTS: usize = 5;
+
+impl Writer {
+    /// Reads the node `name` from the API server (not a cache); `None` when it is gone.
+    pub async fn read_node(&self, name: &str) -> Result<Option<Node>, ReconcileError> {
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(ReconcileError::api(format!("reading node {name}")))
+    }
+
+    /// The one node writer with the conflict-retry loop, used by the rollout and the outcome
+    /// recorder alike: writes to `node` the edit that `edit` computes from it (`None`: nothing to
+    /// write), with the resourceVersion precondition; when another writer won, reads the node again
+    /// and recomputes. Returns the node as written, or `None` when nothing was written (no change,
+    /// or the node is gone). Losing every race is an error (a conflict), never a silent no-op, so a
+    /// caller that must not go on without its write (an outcome before its Job is marked) stops.
+    pub async fn write_node(
+        &self,
+        node: &Node,
+        unchanged: Unchanged,
+        mut edit: impl FnMut(&Node) -> Option<NodeEdit>,
+    ) -> Result<Option<Node>, ReconcileError> {
+        let name = node.name_any();
+        let mut current = node.clone();
+        let mut fresh = false;
+        for _ in 0..NODE_WRITE_ATTEMPTS {
+            let Some(change) = edit(&current) else {
+                if fresh || unchanged == Unchanged::Believe {
+                    return Ok(None);
+                }
+                // "Nothing to write" on a cached node: confirm it from the API server.
+                let Some(read) = self.read_node(&name).await? else {
+                    return Ok(None);
+                };
+                (current, fresh) = (read, true);
+                continue;
+            };
+            match node_patch::apply(self, &current, &change).await {
+                Ok(written) => return Ok(written),
+                Err(NodeWriteError::Conflict { .. }) => {
+                    let Some(read) = self.read_node(&name).await? else {
+                        return Ok(None);
+                    };
+                    (current, fresh) = (read, true);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(NodeWriteError::Conflict {
+            node: name,
+            resource_version: current.metadata.resource_version.unwrap_or_default(),
+        }
+        .into())
+    }
+}
