@@ -7,7 +7,8 @@
 //!
 //! (a) three packages, one depending on the other two, complete on every node; Job shape (DESIGN §4.1).
 //! (b) a package whose attempts exit 1: erroring, then timed out after JOB_BACKOFF_LIMIT+1 attempts,
-//!     the Job kept as evidence with state-recorded.
+//!     the Job kept as evidence with state-recorded and the failed-Job TTL, its first and last attempts
+//!     kept (the middle one pruned), and nothing recreated.
 //! (c) interrupt packages: cordon, drain (evicting a workload), one merged interrupt, uncordon.
 //! (d) attempts only rejected at kubelet admission: the Job is deleted and the stage runs again.
 //! (e) a disrupted attempt spends no attempt (backoffLimit 0 and the Job still completes).
@@ -322,9 +323,11 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
         assert_eq!(spec.backoff_limit, Some(3));
         assert_eq!(spec.pod_replacement_policy.as_deref(), Some("Failed"));
         assert_eq!(spec.active_deadline_seconds, None, "no Job-level deadline");
-        assert!(
-            spec.ttl_seconds_after_finished.is_some(),
-            "TTL set once recorded"
+        // Recorded complete: the succeeded-Job TTL (JOB_TTL_SUCCEEDED, default 10m), not the failed one.
+        assert_eq!(
+            spec.ttl_seconds_after_finished,
+            Some(600),
+            "the succeeded TTL is set once recorded"
         );
         let rules = &spec
             .pod_failure_policy
@@ -376,7 +379,8 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
         .await
         .expect("namespace");
     let node = cluster.node_names()[0].clone();
-    let backoff_limit = 1;
+    // Three attempts, so that the middle one is pruned from the evidence.
+    let backoff_limit = 2;
     let _operator = start_operator(
         client.clone(),
         &ns,
@@ -413,11 +417,10 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
         job.status.as_ref().and_then(|s| s.failed),
         Some(backoff_limit + 1)
     );
-    assert!(
-        job.spec
-            .as_ref()
-            .and_then(|s| s.ttl_seconds_after_finished)
-            .is_some()
+    // Recorded timed out: the failed-Job TTL (JOB_TTL_FAILED, default 24h) keeps the evidence.
+    assert_eq!(
+        job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished),
+        Some(86_400)
     );
 
     let state = node_state(&client, &node, &ns).await.expect("node state");
@@ -429,20 +432,53 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
         "every attempt failed genuinely"
     );
 
-    // The evidence stays: the Job and its failed pods (first and last attempt), not recreated.
+    // The evidence stays: the Job and its failed pods (first and last attempt; the middle one is
+    // pruned), and nothing recreates the stage.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let uid = job.metadata.uid.clone().expect("uid");
-    let attempts = pods
-        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+    let kept = cluster
+        .wait_for("the middle attempt pruned", BOUND, || {
+            let (pods, uid) = (pods.clone(), uid.clone());
+            async move {
+                let items = pods
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
+                    )
+                    .await
+                    .map_err(|e| cluster.kube_error("pods".into(), e))?
+                    .items;
+                Ok((items.len() == 2).then_some(items))
+            }
+        })
         .await
-        .expect("pods")
-        .items;
-    assert_eq!(attempts.len(), 2, "first and last failed attempts are kept");
-    let still = jobs_api
-        .get(&job.name_any())
-        .await
-        .expect("the Job is kept");
-    assert_eq!(still.metadata.uid.as_deref(), Some(uid.as_str()));
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        kept.iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")),
+        "the kept attempts are the failed ones"
+    );
+    // Give a wrongly rerunning operator time to act (a bound, not a timing assertion): the stage
+    // is not recreated, and the Job is the same.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let all = jobs_api.list(&ListParams::default()).await.expect("jobs");
+    assert_eq!(
+        all.items
+            .iter()
+            .map(|j| j.metadata.uid.clone())
+            .collect::<Vec<_>>(),
+        vec![Some(uid.clone())],
+        "one Job, never recreated"
+    );
+    assert_eq!(
+        pods.list(&ListParams::default())
+            .await
+            .expect("pods")
+            .items
+            .len(),
+        2,
+        "no new attempt"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -522,9 +522,10 @@ mod tests {
                 stage_timeout: t.map(str::to_owned),
                 ..package()
             };
+            // A builder error must fail the test, not read as "no deadline".
             build(&pkg, Stage::Interrupt)
-                .ok()
-                .and_then(|j| j.spec)
+                .unwrap_or_else(|e| panic!("stageTimeout {t:?} must build: {e}"))
+                .spec
                 .and_then(|s| s.active_deadline_seconds)
         };
         assert_eq!(deadline(Some("0")), None);

@@ -333,8 +333,10 @@ mod tests {
             stage_timeout: timeout.map(str::to_owned),
             ..package()
         };
-        let job = build(&pkg, Stage::Apply).ok();
-        let spec = job.and_then(|j| j.spec);
+        // A builder error must fail the test, not read as "no deadline".
+        let job = build(&pkg, Stage::Apply)
+            .unwrap_or_else(|e| panic!("stageTimeout {timeout:?} must build: {e}"));
+        let spec = job.spec;
         (
             spec.as_ref()
                 .and_then(|s| s.template.spec.as_ref())
