@@ -10,6 +10,12 @@
 //! (b) A node's interrupt waits for the unfinished package Jobs of every NodeWright on the node,
 //!     not only its own: an earlier NodeWright's interrupt, triggered while a later NodeWright's
 //!     package still runs there, starts only once that package's Job finished.
+//! (c) An interrupt whose stage outlives its stageTimeout (the whole stage is bounded, across the
+//!     reboot) fails by the Job's own deadline and is recorded timed out: `(interrupt, erroring)`,
+//!     the Job kept, a `StageTimedOut` Event naming the interrupt stage's bound.
+//! (d) Pausing spends no attempt: with JOB_BACKOFF_LIMIT 0, a running attempt killed by the pause
+//!     (the real Job controller suspends the Job) is not a failure; after resume the stage completes
+//!     in the same Job and nothing was ever recorded erroring.
 //!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging, and
 //! orders are read from the objects' own timestamps.
@@ -19,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -405,4 +411,206 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
         slow_done.0
     );
     operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("interrupt-timeout")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    // The interrupt never finishes: only its Job's deadline (the stage bound) ends it.
+    let hook: JobHook = Arc::new(|job: &mut Job| {
+        if job.labels().contains_key(keys::INTERRUPT_LABEL)
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::hang().apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
+    let mut rebooting = package("1.0.0", &[]);
+    rebooting.stage_timeout = Some("4s".into());
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let job = wait_timed_out_job(cluster, &client, &ns).await;
+    assert!(job.labels().contains_key(keys::INTERRUPT_LABEL), "{job:?}");
+    assert_eq!(
+        job.spec.as_ref().and_then(|s| s.active_deadline_seconds),
+        Some(4),
+        "the whole interrupt stage is bounded by the Job"
+    );
+    let failed = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Failed"))
+        .expect("Failed condition");
+    assert_eq!(failed.reason.as_deref(), Some("DeadlineExceeded"));
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
+    let r = node_state(&client, &node, &ns)
+        .await
+        .and_then(|s| s.get("boot", "1.0.0").cloned())
+        .expect("record");
+    assert_eq!(
+        (r.stage, r.state),
+        (Stage::Interrupt, Some(State::Erroring))
+    );
+    let warning = wait_event(cluster, &client, &ns, "StageTimedOut", "NodeWright").await;
+    let note = warning.message.unwrap_or_default();
+    assert!(
+        note.contains("stage [interrupt]")
+            && note.contains("the interrupt stage's time bound of 4s passed"),
+        "{note}"
+    );
+    // Kept as evidence: the same Job is still there.
+    let still = Api::<Job>::namespaced(client.clone(), &ns)
+        .get(&job.name_any())
+        .await
+        .expect("the interrupt Job is kept");
+    assert_eq!(still.metadata.uid, job.metadata.uid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d_pausing_spends_no_attempt() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("pause-budget")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // Every version of the node's state for this NodeWright: was `steady` ever erroring?
+    let ever_erroring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let node_watch = {
+        let (flag, key) = (ever_erroring.clone(), keys::node_state_key(&ns));
+        let api = Api::<Node>::all(client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        tokio::spawn(async move {
+            let mut stream = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(next) = stream.next().await {
+                let erroring = next
+                    .ok()
+                    .and_then(|n| n.annotations().get(&key).cloned())
+                    .is_some_and(|text| {
+                        nodewright_shared::node_state::NodeState::parse(&text)
+                            .is_ok_and(|s| s.iter().any(|r| r.state == Some(State::Erroring)))
+                    });
+                if erroring {
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    // Each attempt runs for a while, then succeeds; no retry at all is allowed.
+    let hook = fate_for("steady", "apply", PodFate::succeed().delay("15s"));
+    let _operator = start_operator(client.clone(), &ns, &ns, 0, Some(hook));
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("steady".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let running = cluster
+        .wait_for("the apply attempt running", BOUND, || {
+            let jobs = jobs.clone();
+            async move {
+                let list = jobs
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                Ok(list
+                    .items
+                    .into_iter()
+                    .find(|j| j.status.as_ref().and_then(|s| s.active) == Some(1)))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let uid = running.metadata.uid.clone().expect("uid");
+    let first_pod = pods_of(&pods, &uid)
+        .await
+        .into_iter()
+        .next()
+        .expect("the running attempt");
+
+    // Pause: the Job is suspended and the real Job controller removes its running pod.
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"metadata": {"annotations": {keys::PAUSE_ANNOTATION: "true"}}}),
+    )
+    .await;
+    cluster
+        .wait_for("the suspended attempt gone", BOUND, || {
+            let (jobs, pods, uid) = (jobs.clone(), pods.clone(), uid.clone());
+            let name = running.name_any();
+            let first = first_pod.name_any();
+            async move {
+                let job = jobs
+                    .get(&name)
+                    .await
+                    .map_err(|e| cluster.kube_error("job".into(), e))?;
+                let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+                let gone = pods_of(&pods, &uid)
+                    .await
+                    .iter()
+                    .all(|p| p.name_any() != first);
+                Ok((suspended && gone).then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"metadata": {"annotations": {keys::PAUSE_ANNOTATION: null}}}),
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let job = jobs.get(&running.name_any()).await.expect("the same Job");
+    assert_eq!(job.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert!(condition(&job, "Complete").is_some(), "{:?}", job.status);
+    assert_eq!(
+        job.status.as_ref().and_then(|s| s.failed).unwrap_or(0),
+        0,
+        "the paused attempt is no failure for the Job controller"
+    );
+    let r = node_state(&client, &node, &ns)
+        .await
+        .and_then(|s| s.get("steady", "1.0.0").cloned())
+        .expect("record");
+    assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
+    node_watch.abort();
+    assert!(
+        !ever_erroring.load(std::sync::atomic::Ordering::SeqCst),
+        "the paused attempt was never recorded as a failure"
+    );
 }
