@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::Store;
-use nodewright_shared::api::NodeWright;
+use kube::runtime::reflector::{ObjectRef, Store};
+use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::OperatorConfig;
@@ -70,6 +70,13 @@ pub struct Context {
     /// True once the Job store has listed: before that an empty store would read as "no Job yet",
     /// and a pass would start stages that already ran.
     pub jobs_synced: tokio::sync::watch::Receiver<bool>,
+    /// Every DeploymentPolicy, fed by the rollout controller's policy watch, whose events also wake
+    /// the NodeWrights naming the policy: an edit (or a deletion) applies within seconds instead of
+    /// at the next resync, and a pass costs no GET. See [`Context::deployment_policy`].
+    pub policies: Store<DeploymentPolicy>,
+    /// True once the policy store has listed: before that an absent policy would read as "policy
+    /// missing" and block a rollout for nothing.
+    pub policies_synced: tokio::sync::watch::Receiver<bool>,
     /// Cancelled when this replica stops leading: checked before every write.
     pub term: CancellationToken,
     /// Test hooks and scoping.
@@ -93,4 +100,27 @@ impl Context {
     pub fn jobs_synced(&self) -> bool {
         *self.jobs_synced.borrow()
     }
+
+    /// The DeploymentPolicy `name` as the policy store has it (as stored: the caller applies the
+    /// defaults).
+    pub fn deployment_policy(&self, name: &str) -> PolicyLookup {
+        if !*self.policies_synced.borrow() {
+            return PolicyLookup::NotSynced;
+        }
+        match self.policies.get(&ObjectRef::new(name)) {
+            Some(policy) => PolicyLookup::Found(policy),
+            None => PolicyLookup::Missing,
+        }
+    }
+}
+
+/// What the policy store knows about one DeploymentPolicy.
+#[derive(Debug, Clone)]
+pub enum PolicyLookup {
+    /// The store has not listed yet: nothing can be concluded (try again shortly).
+    NotSynced,
+    /// No such policy.
+    Missing,
+    /// The policy.
+    Found(Arc<DeploymentPolicy>),
 }

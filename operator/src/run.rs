@@ -7,10 +7,11 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, reflector::reflector, watcher};
-use nodewright_shared::api::NodeWright;
+use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use nodewright_shared::keys;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -127,6 +128,8 @@ pub async fn run_instrumented(
         let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
         let (job_store, job_writer) = reflector::store::<Job>();
         let jobs_synced = synced_flag(job_store.clone(), || {});
+        let (policy_store, policy_writer) = reflector::store::<DeploymentPolicy>();
+        let policies_synced = synced_flag(policy_store.clone(), || {});
         let ctx = Arc::new(Context {
             client: client.clone(),
             job_config: config.job_config(),
@@ -136,6 +139,8 @@ pub async fn run_instrumented(
             nodewrights: nodewright_store,
             jobs: job_store,
             jobs_synced,
+            policies: policy_store,
+            policies_synced,
             term: stop.clone(),
             options: options.clone(),
             events: crate::writes::Events::new(
@@ -157,9 +162,12 @@ pub async fn run_instrumented(
         run_term(
             ctx,
             node_tx.subscribe(),
-            nodewright_writer,
-            pod_writer,
-            job_writer,
+            Writers {
+                nodewrights: nodewright_writer,
+                pods: pod_writer,
+                jobs: job_writer,
+                policies: policy_writer,
+            },
         )
         .await;
         stop.cancel();
@@ -206,14 +214,26 @@ where
     rx
 }
 
+/// The writers of the stores in [`Context`] that one term's watches feed.
+struct Writers {
+    nodewrights: reflector::store::Writer<NodeWright>,
+    pods: reflector::store::Writer<Pod>,
+    jobs: reflector::store::Writer<Job>,
+    policies: reflector::store::Writer<DeploymentPolicy>,
+}
+
+/// The NodeWrights whose `spec.deploymentPolicy` names `policy`: those a change of that policy
+/// (an edit, its creation or its deletion) must wake.
+fn naming_policy(nodewrights: &[Arc<NodeWright>], policy: &str) -> Vec<ObjectRef<NodeWright>> {
+    nodewrights
+        .iter()
+        .filter(|nw| nw.spec.deployment_policy.as_deref() == Some(policy))
+        .map(|nw| ObjectRef::from_obj(nw.as_ref()))
+        .collect()
+}
+
 /// The reconcilers of one term, until its token is cancelled.
-async fn run_term(
-    ctx: Arc<Context>,
-    node_triggers: broadcast::Receiver<()>,
-    nodewright_writer: reflector::store::Writer<NodeWright>,
-    pod_writer: reflector::store::Writer<Pod>,
-    job_writer: reflector::store::Writer<Job>,
-) {
+async fn run_term(ctx: Arc<Context>, node_triggers: broadcast::Receiver<()>, writers: Writers) {
     let namespace = ctx.config.namespace.clone();
     let client = ctx.client.clone();
     let owned = watcher::Config::default().labels(keys::NAME_LABEL);
@@ -228,17 +248,32 @@ async fn run_term(
     // The rollout's Job watch also feeds the Job store its passes read (events reach the store
     // before they trigger a pass).
     let job_events = reflector(
-        job_writer,
+        writers.jobs,
         watcher(jobs.clone(), owned.clone())
             .default_backoff()
             .modify(cache_trim::job_for_rollout),
     )
     .touched_objects();
     let nodewright_events = reflector(
-        nodewright_writer,
+        writers.nodewrights,
         watcher(Api::<NodeWright>::all(client.clone()), nodewrights).default_backoff(),
     )
     .applied_objects();
+    // Policies feed the store passes read them from, and wake the NodeWrights that name them; a
+    // deleted policy too (touched objects), so "policy missing" shows at once. (A deletion missed
+    // while the watch was down is only seen at the NodeWright's next resync: a relist emits no
+    // deletes.)
+    let policy_events = reflector(
+        writers.policies,
+        watcher(
+            Api::<DeploymentPolicy>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|p| p.metadata.managed_fields = None),
+    )
+    .touched_objects();
+    let nodewright_store = ctx.nodewrights.clone();
     let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
         .watches_stream(job_events, |job: Job| {
             job.metadata
@@ -248,6 +283,9 @@ async fn run_term(
                 .filter(|o| o.kind == "NodeWright")
                 .map(|o| ObjectRef::<NodeWright>::new(&o.name))
                 .collect::<Vec<_>>()
+        })
+        .watches_stream(policy_events, move |policy: DeploymentPolicy| {
+            naming_policy(&nodewright_store.state(), &policy.name_any())
         })
         .reconcile_all_on(nodes::triggers(node_triggers))
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
@@ -261,7 +299,7 @@ async fn run_term(
     // The pod watch feeds both the outcome controller (pod events map to their Job) and the pod
     // store the reconciler reads for running Jobs (trimmed, see cache_trim).
     let pods = reflector(
-        pod_writer,
+        writers.pods,
         watcher(Api::<Pod>::namespaced(client, &namespace), owned.clone())
             .default_backoff()
             .modify(cache_trim::pod),
@@ -288,4 +326,40 @@ async fn run_term(
         });
 
     tokio::join!(rollout, outcomes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::api::NodeWrightSpec;
+
+    fn nodewright(name: &str, policy: Option<&str>) -> Arc<NodeWright> {
+        Arc::new(NodeWright::new(
+            name,
+            NodeWrightSpec {
+                deployment_policy: policy.map(str::to_owned),
+                ..NodeWrightSpec::default()
+            },
+        ))
+    }
+
+    #[test]
+    fn a_policy_change_wakes_exactly_the_nodewrights_naming_it() {
+        let all = [
+            nodewright("a", Some("fast")),
+            nodewright("b", Some("slow")),
+            nodewright("c", None),
+            nodewright("d", Some("fast")),
+            nodewright("e", Some("")),
+        ];
+        let names = |policy: &str| -> Vec<String> {
+            naming_policy(&all, policy)
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        assert_eq!(names("fast"), ["a", "d"]);
+        assert_eq!(names("slow"), ["b"]);
+        assert!(names("other").is_empty());
+    }
 }

@@ -10,34 +10,65 @@
 //! (malformed) deleting a NodeWright whose node state cannot be read is DeletionBlocked
 //!     (MalformedNodeState) with a Warning Event, and the object stays; repairing the annotation lets
 //!     the uninstall run and the object go.
+//! (policy) a missing DeploymentPolicy is DeploymentPolicyNotFound; creating it, raising its budget
+//!     and deleting it each take effect within [`SOON`], well before any resync could apply them.
+//!     (Run alone, only the policy watch can meet that bound; alongside other tests, their node
+//!     changes also wake every NodeWright, so the test cannot fail then, only pass.)
+//! (ready) the Ready condition of an erroring rollout names the erroring node, and `kubectl wait
+//!     --for=condition=Ready` fails on it; on a rollout that completes, it returns.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::PodFate;
 use nodewright_operator::JobHook;
-use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status, Uninstall};
+use nodewright_shared::api::{
+    DeploymentPolicy, NodeWright, NodeWrightSpec, Package, Status, Uninstall,
+};
 use nodewright_shared::keys;
 use serde_json::json;
 
 mod support;
 use support::{
     BOUND, Operator, cluster, condition, condition_is, create_fake_node,
-    create_labelled_nodewright, delete_node, job_package, on_nodes, operator_env, package,
-    patch_node, patch_nodewright, spawn_operator, status_is, wait_nodewright, wait_nodewright_gone,
-    wait_status,
+    create_labelled_nodewright, delete_node, fate_for, job_package, on_nodes, operator_env,
+    package, patch_node, patch_nodewright, spawn_operator, status_is, wait_nodewright,
+    wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
 const SUITE_LABEL: &str = "nodewright.test/conditions";
 
+/// Bound on a DeploymentPolicy change's effect: well below the 30 s resync of a rollout in flight
+/// and the 1 h DEFAULT_INTERVAL of a complete one (see [`start_slow_resync_operator`]), so a pass
+/// triggered by the policy watch is the only one that can meet it (generous for that).
+const SOON: Duration = Duration::from_secs(20);
+
 fn start_operator(client: kube::Client, namespace: &str, hook: Option<JobHook>) -> Operator {
     let env = operator_env(namespace, format!("operator-{namespace}"), 1);
+    spawn_operator(
+        client,
+        &env,
+        format!("{SUITE_LABEL}={namespace}"),
+        hook,
+        None,
+    )
+}
+
+/// [`start_operator`] with DEFAULT_INTERVAL 1h: a complete rollout is not resynced during a test.
+fn start_slow_resync_operator(
+    client: kube::Client,
+    namespace: &str,
+    hook: Option<JobHook>,
+) -> Operator {
+    let mut env = operator_env(namespace, format!("operator-{namespace}"), 1);
+    env.insert("DEFAULT_INTERVAL", "1h".to_owned());
     spawn_operator(
         client,
         &env,
@@ -371,5 +402,331 @@ async fn deletion_waits_on_a_malformed_node_state_until_it_is_repaired() {
     .await;
     wait_nodewright_gone(cluster, &client, &ns).await;
     assert_eq!(count(&created, "keep-1.0.0", Some("uninstall")), 1);
+    delete_node(&client, &node).await;
+}
+
+/// The Jobs of namespace `ns` at `stage`.
+async fn stage_jobs(client: &kube::Client, ns: &str, stage: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{}={stage}", keys::STAGE_LABEL)))
+        .await
+        .expect("jobs")
+        .items
+}
+
+/// Waits at most `bound` until namespace `ns` holds `want` Jobs at `stage`.
+async fn wait_stage_jobs(
+    cluster: &nodewright_e2e::Cluster,
+    client: &kube::Client,
+    ns: &str,
+    stage: &str,
+    want: usize,
+    bound: Duration,
+) {
+    cluster
+        .wait_for(&format!("{want} {stage} Job(s) in {ns}"), bound, || {
+            let (client, ns) = (client.clone(), ns.to_owned());
+            async move { Ok((stage_jobs(&client, &ns, stage).await.len() == want).then_some(())) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A DeploymentPolicy `name` whose one compartment (no strategy: as many nodes at once as its
+/// budget allows) holds the nodes labelled `label=name`, `count` at a time.
+fn compartment_policy(name: &str, label: &str, count: i32) -> DeploymentPolicy {
+    serde_json::from_value(json!({
+        "apiVersion": "nodewright.nvidia.com/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "default": {"budget": {"count": 1}, "strategy": {"fixed": {}}},
+            "compartments": [{
+                "name": "mine",
+                "selector": {"matchLabels": {label: name}},
+                "budget": {"count": count}
+            }]
+        }
+    }))
+    .expect("policy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_changes_apply_without_waiting_for_a_resync() {
+    const POLICY_LABEL: &str = "nodewright.test/policy";
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("policy-edit")
+        .await
+        .expect("namespace");
+    let nodes: Vec<String> = (0..3).map(|i| format!("{ns}-n{i}")).collect();
+    for node in &nodes {
+        create_fake_node(&client, node, &[(POLICY_LABEL, ns.as_str())], json!([])).await;
+    }
+    // Every apply attempt hangs until the test lets it succeed: admitted nodes stay in flight.
+    let _operator = start_slow_resync_operator(
+        client.clone(),
+        &ns,
+        Some(fate_for("held", "apply", PodFate::hang())),
+    );
+    let mut held = package("1.0.0", &[]);
+    held.stage_timeout = Some("0".into());
+    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([("held".to_owned(), held)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_nodewright(cluster, &client, &ns, "policy missing", |nw| {
+        condition_is(nw, "DeploymentPolicyNotFound", "True", None) && status_is(nw, Status::Blocked)
+    })
+    .await;
+    assert!(
+        stage_jobs(&client, &ns, "apply").await.is_empty(),
+        "nothing runs without the policy"
+    );
+
+    // The policy appears: the rollout starts, one node at a time.
+    let policies = Api::<DeploymentPolicy>::all(client.clone());
+    policies
+        .create(
+            &PostParams::default(),
+            &compartment_policy(&ns, POLICY_LABEL, 1),
+        )
+        .await
+        .expect("DeploymentPolicy created");
+    wait_stage_jobs(cluster, &client, &ns, "apply", 1, SOON).await;
+    let nw = wait_nodewright(cluster, &client, &ns, "policy found", |nw| {
+        condition(nw, "DeploymentPolicyNotFound").is_none()
+            && nw.status.as_ref().is_some_and(|s| s.nodes_in_progress == 1)
+    })
+    .await;
+    assert!(status_is(&nw, Status::InProgress), "{:?}", nw.status);
+    // Settled: the admitted node's pod runs (the Job says so), so no Job event is due to trigger a
+    // pass that would read the edited policy anyway.
+    cluster
+        .wait_for("the admitted node's attempt running", BOUND, || {
+            let (client, ns) = (client.clone(), ns.clone());
+            async move {
+                let jobs = stage_jobs(&client, &ns, "apply").await;
+                Ok(jobs
+                    .iter()
+                    .all(|j| j.status.as_ref().and_then(|s| s.ready) == Some(1))
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(stage_jobs(&client, &ns, "apply").await.len(), 1);
+
+    // The budget raised: the other two nodes are admitted.
+    policies
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"compartments": [{
+                "name": "mine",
+                "selector": {"matchLabels": {POLICY_LABEL: &ns}},
+                "budget": {"count": 3}
+            }]}})),
+        )
+        .await
+        .expect("budget raised");
+    wait_stage_jobs(cluster, &client, &ns, "apply", 3, SOON).await;
+
+    // The held attempts succeed; the rollout completes.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let fate = PodFate::succeed();
+    let patch = json!({"metadata": {"labels": fate.labels(), "annotations": fate.annotations()}});
+    for pod in pods.list(&ListParams::default()).await.expect("pods").items {
+        pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .expect("fate patched");
+    }
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    // The passes that follow the completion (its own status write, the nodes' status labels) end
+    // within moments; after them only the policy watch can wake this complete NodeWright. Without
+    // this pause the deletion could be read by one of them, and the check below could not fail.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The policy deleted: the complete rollout says so at once, not at its next resync (1 h).
+    policies
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("DeploymentPolicy deleted");
+    let nw = cluster
+        .wait_for("the deletion seen", SOON, || {
+            let api = Api::<NodeWright>::all(client.clone());
+            let ns = ns.clone();
+            async move {
+                let nw = api
+                    .get(&ns)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get {ns}"), e))?;
+                Ok(condition_is(&nw, "DeploymentPolicyNotFound", "True", None).then_some(nw))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        condition_is(&nw, "Ready", "False", Some("Blocked")),
+        "{:?}",
+        condition(&nw, "Ready")
+    );
+
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &ns).await;
+    for node in &nodes {
+        delete_node(&client, node).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_condition_names_the_erroring_node() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("ready-names")
+        .await
+        .expect("namespace");
+    let (good, bad) = (format!("{ns}-good"), format!("{ns}-bad"));
+    for node in [&good, &bad] {
+        create_fake_node(&client, node, &[], json!([])).await;
+    }
+    // The package fails on `bad` only.
+    let failing_on = bad.clone();
+    let hook: JobHook = Arc::new(move |job: &mut Job| {
+        if job.labels().get(keys::NODE_LABEL) == Some(&failing_on)
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::fail()
+                .exit_code(1)
+                .apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let _operator = start_operator(client.clone(), &ns, Some(hook));
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&good, &bad]),
+            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_nodewright(
+        cluster,
+        &client,
+        &ns,
+        "one node complete, one erroring",
+        |nw| {
+            nw.status.as_ref().is_some_and(|s| {
+                s.node_status.get(&good) == Some(&Status::Complete)
+                    && s.node_status.get(&bad) == Some(&Status::Erroring)
+            })
+        },
+    )
+    .await;
+    let ready = condition(&nw, "Ready").expect("Ready condition");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Erroring")
+    );
+    assert_eq!(
+        ready.message,
+        format!("1/2 nodes complete, 1 erroring ({bad})")
+    );
+    // `kubectl wait` reads the same condition: not Ready, so it gives up.
+    let waited = cluster
+        .kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("nw/{ns}"),
+            "--timeout=3s",
+        ])
+        .await;
+    assert!(
+        waited.is_err(),
+        "an erroring rollout is not Ready: {waited:?}"
+    );
+
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &ns).await;
+    delete_node(&client, &good).await;
+    delete_node(&client, &bad).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_wait_for_ready_returns_once_the_rollout_completes() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("kubectl-wait")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-node");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    let _operator = start_operator(client.clone(), &ns, None);
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([
+                ("first".to_owned(), package("1.0.0", &[])),
+                ("second".to_owned(), package("1.0.0", &[("first", "1.0.0")])),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    // Started right away: it waits through the rollout (the timeout is a bound, as BOUND is).
+    let timeout = format!("--timeout={}s", BOUND.as_secs());
+    let waited = cluster
+        .kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("nw/{ns}"),
+            &timeout,
+        ])
+        .await
+        .unwrap_or_else(|e| panic!("kubectl wait: {e}"));
+    assert!(waited.contains("condition met"), "{waited}");
+    let nw = Api::<NodeWright>::all(client.clone())
+        .get(&ns)
+        .await
+        .expect("NodeWright");
+    assert!(status_is(&nw, Status::Complete), "{:?}", nw.status);
+    assert_eq!(
+        condition(&nw, "Ready").map(|c| c.message.as_str()),
+        Some("1/1 nodes complete")
+    );
+
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &ns).await;
     delete_node(&client, &node).await;
 }

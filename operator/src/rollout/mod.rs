@@ -42,7 +42,7 @@ use nodewright_shared::node_state::{NodeState, State};
 use serde_json::json;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::context::Context;
+use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
 use crate::interrupts;
 use crate::job_state::JobIndex;
@@ -212,21 +212,17 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         .filter(|p| !p.is_empty())
     {
         None => (None, None),
-        Some(policy) => {
-            let found = Api::<DeploymentPolicy>::all(ctx.client.clone())
-                .get_opt(policy)
-                .await
-                .map_err(ReconcileError::api(format!(
-                    "reading DeploymentPolicy {policy}"
-                )))?;
-            match found {
-                Some(mut p) => {
-                    nodewright_shared::defaults::default_deployment_policy(&mut p.spec);
-                    (Some(p), None)
-                }
-                None => (None, Some(policy.to_owned())),
+        // From the policy store: its watch wakes this NodeWright when the policy changes.
+        Some(policy) => match ctx.deployment_policy(policy) {
+            // An unsynced store would read as "policy missing" and block the rollout for nothing.
+            PolicyLookup::NotSynced => return Ok(Action::requeue(Duration::from_millis(500))),
+            PolicyLookup::Found(found) => {
+                let mut p = DeploymentPolicy::clone(&found);
+                nodewright_shared::defaults::default_deployment_policy(&mut p.spec);
+                (Some(p), None)
             }
-        }
+            PolicyLookup::Missing => (None, Some(policy.to_owned())),
+        },
     };
 
     let every_node = ctx.nodes.state();

@@ -112,6 +112,62 @@ pub struct StatusInput {
     pub untolerated: Vec<String>,
 }
 
+/// How many nodes the Ready message names per status; beyond, it says how many more (a fleet's
+/// message stays short enough to read in `kubectl describe`).
+const NAMED_NODES: usize = 5;
+
+/// The statuses the Ready message names nodes for: the nodes a user must look at. `erroring` (a
+/// package fails there) and `blocked` (a taint, the ignore label, a malformed state or a missing
+/// policy keeps the node out) do not resolve by themselves. The others do, or have one cause for
+/// every node: `in_progress` and `waiting` move on by themselves (batches, priority), `paused`
+/// and `disabled` are the NodeWright's annotation, `complete` needs nothing; their counts suffice.
+const NAMED: [Status; 2] = [Status::Blocked, Status::Erroring];
+
+/// The statuses after `complete`, in the order the Ready message counts them (upstream's).
+const COUNTED: [Status; 7] = [
+    Status::InProgress,
+    Status::Blocked,
+    Status::Erroring,
+    Status::Waiting,
+    Status::Paused,
+    Status::Disabled,
+    Status::Unknown,
+];
+
+/// The Ready condition's message, upstream's shape: `<c>/<t> nodes complete`, then the count of
+/// every other status present (as the node statuses spell it), with the names of the
+/// [`NAMED`] statuses' nodes (sorted, at most [`NAMED_NODES`]), e.g.
+/// `3/10 nodes complete, 5 in_progress, 2 erroring (node-a, node-b)`. Upstream names every bucket
+/// and drops all names beyond 10; here the nodes to look at are always named, the first few at
+/// least.
+pub fn ready_message(nodes: &BTreeMap<String, (Option<NodeState>, Status)>) -> String {
+    let complete = nodes
+        .values()
+        .filter(|(_, s)| *s == Status::Complete)
+        .count();
+    let mut message = format!("{complete}/{} nodes complete", nodes.len());
+    for status in COUNTED {
+        // BTreeMap order: the names come sorted.
+        let names: Vec<&str> = nodes
+            .iter()
+            .filter(|(_, (_, s))| *s == status)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if names.is_empty() {
+            continue;
+        }
+        message.push_str(&format!(", {} {}", names.len(), status.as_str()));
+        if NAMED.contains(&status) {
+            let shown = names[..names.len().min(NAMED_NODES)].join(", ");
+            match names.len().saturating_sub(NAMED_NODES) {
+                0 => message.push_str(&format!(" ({shown})")),
+                more => message.push_str(&format!(" ({shown} and {more} more)")),
+            }
+        }
+    }
+    message
+}
+
 /// Upstream's message for a list of skipped nodes: the names up to 10, a count beyond.
 fn skipped_nodes(nodes: &[String], what: &str) -> String {
     if nodes.len() > 10 {
@@ -181,7 +237,7 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
         "Ready",
         ready,
         ready_reason(status),
-        format!("{complete}/{total} nodes complete"),
+        ready_message(&input.nodes),
         generation,
         now,
     )];
@@ -448,6 +504,89 @@ mod tests {
                 .filter(|c| c.type_ == "NodesIgnored")
                 .count(),
             1
+        );
+    }
+
+    fn nodes(statuses: &[(&str, Status)]) -> BTreeMap<String, (Option<NodeState>, Status)> {
+        statuses
+            .iter()
+            .map(|(n, s)| ((*n).to_owned(), (Some(NodeState::default()), *s)))
+            .collect()
+    }
+
+    #[test]
+    fn ready_message_counts_each_status_and_names_the_nodes_to_look_at() {
+        use Status::*;
+        assert_eq!(ready_message(&nodes(&[])), "0/0 nodes complete");
+        assert_eq!(
+            ready_message(&nodes(&[
+                ("kwok-node-0", Complete),
+                ("kwok-node-1", Erroring)
+            ])),
+            "1/2 nodes complete, 1 erroring (kwok-node-1)"
+        );
+        let mut fleet = vec![
+            ("c1", Complete),
+            ("c2", Complete),
+            ("c3", Complete),
+            ("node-b", Erroring),
+            ("node-a", Erroring),
+            ("t", Blocked),
+        ];
+        let progressing = ["p1", "p2", "p3", "p4"];
+        fleet.extend(progressing.iter().map(|n| (*n, InProgress)));
+        assert_eq!(
+            ready_message(&nodes(&fleet)),
+            "3/10 nodes complete, 4 in_progress, 1 blocked (t), 2 erroring (node-a, node-b)",
+            "counts in upstream's order; only blocked and erroring nodes named, sorted"
+        );
+        assert_eq!(
+            ready_message(&nodes(&[("w", Waiting), ("p", Paused), ("d", Disabled)])),
+            "0/3 nodes complete, 1 waiting, 1 paused, 1 disabled"
+        );
+    }
+
+    #[test]
+    fn ready_message_names_a_bounded_number_of_nodes() {
+        let many: Vec<String> = (0..12).map(|i| format!("n{i:02}")).collect();
+        let fleet: Vec<(&str, Status)> = many
+            .iter()
+            .map(|n| (n.as_str(), Status::Erroring))
+            .collect();
+        assert_eq!(
+            ready_message(&nodes(&fleet)),
+            "0/12 nodes complete, 12 erroring (n00, n01, n02, n03, n04 and 7 more)"
+        );
+        let five = &fleet[..5];
+        assert_eq!(
+            ready_message(&nodes(five)),
+            "0/5 nodes complete, 5 erroring (n00, n01, n02, n03, n04)"
+        );
+    }
+
+    #[test]
+    fn the_ready_condition_carries_the_message() {
+        let nw = NodeWright::new("nw", NodeWrightSpec::default());
+        let s = build(
+            &nw,
+            StatusInput {
+                nodes: nodes(&[("a", Status::Complete), ("b", Status::Erroring)]),
+                ..StatusInput::default()
+            },
+            Timestamp::UNIX_EPOCH,
+        );
+        let ready = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("Ready condition");
+        assert_eq!(
+            (
+                ready.status.as_str(),
+                ready.reason.as_str(),
+                ready.message.as_str()
+            ),
+            ("False", "Erroring", "1/2 nodes complete, 1 erroring (b)")
         );
     }
 }
