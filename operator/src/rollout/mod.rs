@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use nodewright_shared::api::{
     BatchState, CompartmentStatus, DeploymentPolicy, NodeWright, NodeWrightStatus, Status,
