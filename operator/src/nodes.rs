@@ -2,8 +2,9 @@
 //! operator never reads (managed fields, image lists, condition heartbeats), so a large fleet's cache
 //! stays small. It runs on every replica, leader or not, so a new leader starts with a warm cache.
 //!
-//! Changes that matter to a rollout (labels, annotations, taints, cordon, boot ID) are forwarded as
-//! triggers; heartbeats are not, so a quiet fleet causes no reconciles.
+//! Changes that matter to a rollout (labels, annotations, taints, cordon, boot ID) are forwarded with
+//! the node, so the rollout wakes only the NodeWrights concerned ([`crate::rollout::wake`]);
+//! heartbeats are not, so a quiet fleet causes no reconciles.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -51,12 +52,12 @@ pub fn rollout_relevant(node: &Node) -> Option<u64> {
     Some(h.finish())
 }
 
-/// Keeps `writer`'s store in sync with the cluster's nodes until `shutdown`, sending a trigger on
+/// Keeps `writer`'s store in sync with the cluster's nodes until `shutdown`, sending the node on
 /// every relevant change.
 pub async fn run(
     client: kube::Client,
     writer: Writer<Node>,
-    triggers: broadcast::Sender<()>,
+    triggers: broadcast::Sender<Node>,
     shutdown: CancellationToken,
 ) {
     let api: Api<Node> = Api::all(client);
@@ -72,9 +73,9 @@ pub async fn run(
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 next = stream.next() => match next {
-                    Some(Ok(_)) => {
+                    Some(Ok(node)) => {
                         // No receiver (no term running) is fine.
-                        let _ = triggers.send(());
+                        let _ = triggers.send(node);
                     }
                     Some(Err(error)) => warn!(%error, "node watch error; retrying"),
                     None => break,
@@ -86,11 +87,21 @@ pub async fn run(
     .await;
 }
 
-/// A stream of unit triggers from a broadcast receiver (a lagging receiver still triggers once).
-pub fn triggers(rx: broadcast::Receiver<()>) -> impl Stream<Item = ()> + Send + 'static {
+/// What a receiver of node changes hears next.
+#[derive(Debug, Clone)]
+pub enum NodeChange {
+    /// This node changed.
+    Changed(Node),
+    /// The receiver fell behind and missed changes: every node may have changed.
+    Missed,
+}
+
+/// A stream of node changes from a broadcast receiver.
+pub fn changes(rx: broadcast::Receiver<Node>) -> impl Stream<Item = NodeChange> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move {
         match rx.recv().await {
-            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => Some(((), rx)),
+            Ok(node) => Some((NodeChange::Changed(node), rx)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some((NodeChange::Missed, rx)),
             Err(broadcast::error::RecvError::Closed) => None,
         }
     })

@@ -68,7 +68,7 @@ pub async fn run_instrumented(
 ) -> Result<(), RunError> {
     let config = Arc::new(config);
     let (node_store, writer) = reflector::store::<Node>();
-    let (node_tx, _) = broadcast::channel::<()>(256);
+    let (node_tx, _) = broadcast::channel::<Node>(256);
     let cache_stop = CancellationToken::new();
     let cache = tokio::spawn(nodes::run(
         client.clone(),
@@ -214,6 +214,21 @@ where
     rx
 }
 
+/// The node changes as watch events for the rollout's mapper; a receiver that fell behind replays
+/// every cached node, so no change is lost to the lag (at worst every NodeWright is woken).
+fn node_events(
+    changes: broadcast::Receiver<Node>,
+    nodes: reflector::Store<Node>,
+) -> impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+    nodes::changes(changes).flat_map(move |change| {
+        let batch: Vec<Node> = match change {
+            nodes::NodeChange::Changed(node) => vec![node],
+            nodes::NodeChange::Missed => nodes.state().iter().map(|n| Node::clone(n)).collect(),
+        };
+        futures::stream::iter(batch.into_iter().map(Ok))
+    })
+}
+
 /// The writers of the stores in [`Context`] that one term's watches feed.
 struct Writers {
     nodewrights: reflector::store::Writer<NodeWright>,
@@ -233,7 +248,7 @@ fn naming_policy(nodewrights: &[Arc<NodeWright>], policy: &str) -> Vec<ObjectRef
 }
 
 /// The reconcilers of one term, until its token is cancelled.
-async fn run_term(ctx: Arc<Context>, node_triggers: broadcast::Receiver<()>, writers: Writers) {
+async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, writers: Writers) {
     let namespace = ctx.config.namespace.clone();
     let client = ctx.client.clone();
     let owned = watcher::Config::default().labels(keys::NAME_LABEL);
@@ -287,7 +302,13 @@ async fn run_term(ctx: Arc<Context>, node_triggers: broadcast::Receiver<()>, wri
         .watches_stream(policy_events, move |policy: DeploymentPolicy| {
             naming_policy(&nodewright_store.state(), &policy.name_any())
         })
-        .reconcile_all_on(nodes::triggers(node_triggers))
+        .watches_stream(node_events(node_changes, ctx.nodes.clone()), {
+            let nodewrights = ctx.nodewrights.clone();
+            move |node: Node| {
+                let all = nodewrights.state();
+                rollout::wake::concerned(all.iter().map(AsRef::as_ref), &node)
+            }
+        })
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
         .run(rollout::reconcile, rollout::error_policy, ctx.clone())
         .for_each(|result| async move {

@@ -22,6 +22,7 @@ pub mod selection;
 pub mod stages;
 pub mod status;
 pub mod uninstall;
+pub mod wake;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
