@@ -22,7 +22,9 @@ use super::status::NodeWrightStatus;
     plural = "nodewrights",
     singular = "nodewright",
     shortname = "nw",
-    category = "nodewright",
+    // Not "nodewright": kubectl expands a category before it resolves resource names, so a category
+    // equal to NodeWright's singular turned `kubectl get nodewright NAME` into a get of both kinds.
+    category = "nodewright-all",
     status = "NodeWrightStatus",
     doc = "A set of host packages, the nodes they go onto, their order, their disruption and how fast the change may roll across the fleet.",
     printcolumn(
