@@ -59,10 +59,7 @@ pub struct Package {
     /// package starts there. A package waits only for its own dependencies; cycles are rejected.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 100, "additionalProperties" = {"type": "string", "maxLength": 63}))]
-    #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "self.all(d, size(self[d]) > 0)",
-        "message": "every dependsOn entry needs the exact version of the package it depends on"
-    }]))]
+    #[schemars(extend("x-kubernetes-validations" = super::cel::depends_on_rules()))]
     pub depends_on: BTreeMap<String, String>,
 
     /// Interrupts to run when the given configMap keys change (keys may be `*` globs matching at least
