@@ -238,6 +238,39 @@ mod tests {
         assert_eq!(policy.spec.names.short_names, Some(vec!["nwdp".to_owned()]));
     }
 
+    /// kubectl expands a category before it resolves resource names, so a category spelled like a
+    /// name of either kind makes `kubectl get <that name> NAME` a get of both kinds ("you must
+    /// specify only one resource"). Both kinds share one category, so `kubectl get <category>`
+    /// lists them together.
+    #[test]
+    fn the_category_is_shared_and_collides_with_no_resource_name() {
+        let crds = definitions();
+        let names: Vec<String> = crds
+            .iter()
+            .flat_map(|c| {
+                let n = &c.spec.names;
+                [
+                    Some(n.plural.clone()),
+                    n.singular.clone(),
+                    Some(n.kind.to_lowercase()),
+                ]
+                .into_iter()
+                .flatten()
+                .chain(n.short_names.clone().unwrap_or_default())
+            })
+            .collect();
+        for crd in &crds {
+            let categories = crd.spec.names.categories.clone().unwrap_or_default();
+            assert_eq!(categories, ["nodewright-all"], "{}", crd.spec.names.kind);
+            for category in &categories {
+                assert!(
+                    !names.contains(category),
+                    "category {category:?} is also a resource name: {names:?}"
+                );
+            }
+        }
+    }
+
     /// Every field users can set carries a description (it is what `kubectl explain` shows).
     #[test]
     fn every_field_is_documented() {

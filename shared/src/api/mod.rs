@@ -2,6 +2,7 @@
 //! both cluster-scoped. The CRDs in `crds/` are generated from these types (see [`crate::crd`]), so
 //! every doc comment here is what users read in `kubectl explain`.
 
+mod cel;
 mod nodewright;
 mod package;
 mod policy;

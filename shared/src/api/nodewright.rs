@@ -22,7 +22,9 @@ use super::status::NodeWrightStatus;
     plural = "nodewrights",
     singular = "nodewright",
     shortname = "nw",
-    category = "nodewright",
+    // Not "nodewright": kubectl expands a category before it resolves resource names, so a category
+    // equal to NodeWright's singular turned `kubectl get nodewright NAME` into a get of both kinds.
+    category = "nodewright-all",
     status = "NodeWrightStatus",
     doc = "A set of host packages, the nodes they go onto, their order, their disruption and how fast the change may roll across the fleet.",
     printcolumn(
@@ -107,20 +109,9 @@ pub struct NodeWrightSpec {
     /// have no cycles.
     #[serde(default)]
     #[schemars(extend("maxProperties" = 100))]
-    #[schemars(extend("x-kubernetes-validations" = [
-        {
-            "rule": "self.all(k, k.matches('^[a-z][-a-z0-9]{0,41}[a-z]$'))",
-            "message": "package names (the keys of spec.packages) must be 2 to 43 lowercase letters, digits or '-', starting and ending with a letter"
-        },
-        {
-            "rule": "self.all(k, !has(self[k].name) || self[k].name == k)",
-            "message": "packages.<key>.name must equal its key: leave it unset and it is filled in"
-        },
-        {
-            "rule": "self.all(k, !has(self[k].dependsOn) || self[k].dependsOn.all(d, d in self && self[d].version == self[k].dependsOn[d]))",
-            "message": "every dependsOn entry must name another package of this NodeWright with its exact version"
-        }
-    ]))]
+    // The rules about one package key live on the map (a value cannot see its key); their
+    // messages name the key (see `super::cel`).
+    #[schemars(extend("x-kubernetes-validations" = super::cel::packages_rules()))]
     pub packages: BTreeMap<String, Package>,
 
     /// Tolerations added to every package and interrupt pod, and used to decide whether a node's

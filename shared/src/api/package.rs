@@ -59,10 +59,7 @@ pub struct Package {
     /// package starts there. A package waits only for its own dependencies; cycles are rejected.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 100, "additionalProperties" = {"type": "string", "maxLength": 63}))]
-    #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "self.all(d, size(self[d]) > 0)",
-        "message": "every dependsOn entry needs the exact version of the package it depends on"
-    }]))]
+    #[schemars(extend("x-kubernetes-validations" = super::cel::depends_on_rules()))]
     pub depends_on: BTreeMap<String, String>,
 
     /// Interrupts to run when the given configMap keys change (keys may be `*` globs matching at least
@@ -98,11 +95,17 @@ pub struct Package {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uninstall: Option<Uninstall>,
 
-    /// Time bound of ONE attempt of ONE stage of this package on one node, as a Go duration (`45s`,
-    /// `1h30m`). Unset: the operator default (`JOB_STAGE_TIMEOUT`, 1h unless configured), filled in at
-    /// admission. `"0"`: no time bound at all — an attempt that hangs then hangs until someone acts.
-    /// An attempt that exceeds it fails with DeadlineExceeded and counts against the retry budget.
-    /// At most 596523h14m7s (activeDeadlineSeconds is an int32). A change applies to the next Job only.
+    /// Time bound of this package's stages on one node, as a Go duration (`45s`, `1h30m`). Package
+    /// stages (apply, config, upgrade, uninstall, post-interrupt): it bounds ONE attempt, from the
+    /// moment the kubelet starts the pod; an attempt that exceeds it fails with DeadlineExceeded
+    /// and counts against the retry budget. Interrupt: it bounds the WHOLE stage, across the reboot
+    /// and every restart, counted from the start of the interrupt Job. A package-stage pod the
+    /// kubelet never accepts (rejected at admission, e.g. OutOfcpu, or on a node whose kubelet
+    /// never picks it up) never starts its attempt's clock: no stageTimeout bounds it, a rejection
+    /// is not counted as a failure, and the stage runs again. Unset: the operator default
+    /// (`JOB_STAGE_TIMEOUT`, 1h unless configured), filled in at admission. `"0"`: no bound at all,
+    /// so a stage that hangs hangs until someone acts. At most 596523h14m7s (activeDeadlineSeconds
+    /// is an int32). A change applies to the next Job only; a running Job keeps its bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     #[schemars(extend("x-kubernetes-validations" = [

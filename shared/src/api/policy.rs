@@ -17,7 +17,9 @@ pub const DEFAULT_COMPARTMENT: &str = "__default__";
     plural = "deploymentpolicies",
     singular = "deploymentpolicy",
     shortname = "nwdp",
-    category = "nodewright",
+    // Not "nodewright": kubectl expands a category before it resolves resource names, so a category
+    // equal to NodeWright's singular turned `kubectl get nodewright NAME` into a get of both kinds.
+    category = "nodewright-all",
     doc = "Rollout rules (budgets and batch strategies per group of nodes) that NodeWrights reference by name."
 )]
 #[serde(rename_all = "camelCase")]
