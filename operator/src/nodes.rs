@@ -91,7 +91,7 @@ pub async fn run(
 #[derive(Debug, Clone)]
 pub enum NodeChange {
     /// This node changed.
-    Changed(Node),
+    Changed(Box<Node>),
     /// The receiver fell behind and missed changes: every node may have changed.
     Missed,
 }
@@ -100,7 +100,7 @@ pub enum NodeChange {
 pub fn changes(rx: broadcast::Receiver<Node>) -> impl Stream<Item = NodeChange> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move {
         match rx.recv().await {
-            Ok(node) => Some((NodeChange::Changed(node), rx)),
+            Ok(node) => Some((NodeChange::Changed(Box::new(node)), rx)),
             Err(broadcast::error::RecvError::Lagged(_)) => Some((NodeChange::Missed, rx)),
             Err(broadcast::error::RecvError::Closed) => None,
         }

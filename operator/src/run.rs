@@ -222,7 +222,7 @@ fn node_events(
 ) -> impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
     nodes::changes(changes).flat_map(move |change| {
         let batch: Vec<Node> = match change {
-            nodes::NodeChange::Changed(node) => vec![node],
+            nodes::NodeChange::Changed(node) => vec![*node],
             nodes::NodeChange::Missed => nodes.state().iter().map(|n| Node::clone(n)).collect(),
         };
         futures::stream::iter(batch.into_iter().map(Ok))
