@@ -59,13 +59,15 @@ pub struct NodeResult {
     pub draining: bool,
 }
 
-/// Advances `nodewright` (defaulted) on `node`. Retries with a fresh read when the cache was stale
-/// or the node changed under the write.
+/// Advances `nodewright` (defaulted) on `node`, starting from `first_plan` when the pass already
+/// planned the node from `state`. Retries with a fresh read when the cache was stale or the node
+/// changed under the write.
 pub async fn advance(
     ctx: &Context,
     nodewright: &NodeWright,
     node: &Node,
     state: NodeState,
+    first_plan: Option<Plan>,
     jobs: &JobIndex,
     node_order: i64,
 ) -> Result<NodeResult, ReconcileError> {
@@ -74,8 +76,13 @@ pub async fn advance(
     let mut node = node.clone();
     let mut state = state;
     let mut fresh = false;
+    // The pass already planned this node from the same cached state: the first attempt uses that.
+    let mut first_plan = first_plan;
     for attempt in 0..4 {
-        let p = plan(nodewright, &name, &state, jobs, fresh);
+        let p = match first_plan.take() {
+            Some(p) => p,
+            None => plan(nodewright, &name, &state, jobs, fresh),
+        };
         if p.stale && !fresh {
             debug!(node = %name, "cached node may be stale for a rerun decision; reading it");
             match reread(ctx, &nw, &name).await? {

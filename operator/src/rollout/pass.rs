@@ -1,0 +1,581 @@
+//! One rollout pass as pure decisions, so they can be tested without an apiserver (as `plan.rs` and
+//! `batches.rs` are): [`decide`] reads the NodeWright, its nodes and Jobs, and says which nodes are
+//! blocked or wait, which are admitted within the budget and the batches (and in which order),
+//! computing each node's [`Plan`] once; the reconciler then acts on that decision node by node, and
+//! [`finish`] turns what happened into the one status the pass writes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use nodewright_shared::api::{BatchState, CompartmentStatus, NodeWright, NodeWrightStatus, Status};
+use nodewright_shared::node_state::{NodeState, State};
+
+use super::batches;
+use super::budget::{Slot, admit};
+use super::compartments::Compartment;
+use super::graph;
+use super::node_work::parse_state;
+use super::plan::{Plan, plan};
+use super::priority::{self, Gate};
+use super::selection::{Blocker, blocker};
+use super::status::{self, NodeFacts, StatusInput, any_erroring, node_status};
+use crate::job_state::JobIndex;
+
+/// What one pass decides from.
+pub struct PassInput<'a> {
+    /// The NodeWright as the pass works on it: defaulted, with its config updates' interrupts.
+    pub nodewright: &'a NodeWright,
+    /// Its status as read (the previous pass's).
+    pub old_status: &'a NodeWrightStatus,
+    /// The nodes it selects, in rollout order (creation time, then name).
+    pub nodes: &'a [Arc<Node>],
+    /// The earlier NodeWrights that can hold it back ([`priority::gates`]).
+    pub gates: &'a [Gate<'a>],
+    /// Its Jobs, and the nodes busy with any NodeWright's package Job.
+    pub jobs: &'a JobIndex,
+    /// The taints its packages tolerate ([`super::selection::selection_tolerations`]).
+    pub tolerations: &'a [Toleration],
+    /// `resetBatchStateOnCompletion` in effect ([`batches::reset_enabled`]).
+    pub reset_batches: bool,
+    /// `spec.deploymentPolicy` names a policy that does not exist.
+    pub missing_policy: bool,
+    /// The pause annotation.
+    pub paused: bool,
+    /// The disable annotation.
+    pub disabled: bool,
+    /// The pass's clock (admission time of newly admitted nodes).
+    pub now: Timestamp,
+}
+
+/// One selected node, as the pass found it.
+pub struct NodeRow {
+    /// The node (cached).
+    pub node: Arc<Node>,
+    /// Its records for this NodeWright; `None` when malformed (never overwritten).
+    pub state: Option<NodeState>,
+    /// Ignored, an untolerated taint, or a malformed state.
+    pub blocked: bool,
+    /// An earlier NodeWright is not done here yet.
+    pub waits: bool,
+    /// Every package finished.
+    pub complete: bool,
+    /// What the stage machine wants here (computed once per pass; `None` with no readable state).
+    pub plan: Option<Plan>,
+}
+
+impl NodeRow {
+    /// A stage timed out here.
+    pub fn timed_out(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.timed_out)
+    }
+}
+
+/// What the pass decided.
+pub struct PassDecision<'c> {
+    /// Every selected node by name.
+    pub rows: BTreeMap<String, NodeRow>,
+    /// Selected nodes carrying the ignore label (sorted).
+    pub ignored: Vec<String>,
+    /// Selected nodes with a taint the NodeWright does not tolerate (sorted).
+    pub untolerated: Vec<String>,
+    /// The nodes admitted into the rollout now.
+    pub active: BTreeSet<String>,
+    /// Per compartment: its batch state after this pass's admission (`None`: no strategy).
+    pub batch_states: BTreeMap<String, Option<BatchState>>,
+    /// Per compartment (in order), its nodes' slots as admission saw them.
+    pub slots: Vec<Vec<Slot<'c>>>,
+    /// Compartments whose failed batches reached the failure threshold in this pass.
+    pub newly_stopped: Vec<String>,
+    /// `status.nodePriority`: admitted nodes keep their place until they complete.
+    pub node_priority: BTreeMap<String, Time>,
+    /// `status.nodeOrderOffset`.
+    pub node_order_offset: i32,
+}
+
+impl PassDecision<'_> {
+    /// The node's `SKYHOOK_NODE_ORDER`: its place among admitted nodes, after those that left.
+    pub fn node_order(&self, node: &str) -> i64 {
+        let mut order: Vec<(&Time, &String)> =
+            self.node_priority.iter().map(|(n, t)| (t, n)).collect();
+        order.sort();
+        let index = order
+            .iter()
+            .position(|(_, n)| *n == node)
+            .unwrap_or_default();
+        i64::try_from(index).unwrap_or_default() + i64::from(self.node_order_offset)
+    }
+
+    /// The facts that decide the node's status, before this pass worked on it.
+    pub fn facts(&self, input: &PassInput<'_>, row: &NodeRow, name: &str) -> NodeFacts {
+        NodeFacts {
+            complete: row.complete,
+            paused: input.paused,
+            disabled: input.disabled,
+            blocked: row.blocked || input.missing_policy,
+            erroring: row
+                .state
+                .as_ref()
+                .is_some_and(|s| any_erroring(input.nodewright, s)),
+            active: self.active.contains(name),
+        }
+    }
+
+    /// Whether the pass advances the node's packages (admitted, not blocked, not held back by an
+    /// earlier NodeWright); the other nodes only get their status written.
+    pub fn works_on(&self, input: &PassInput<'_>, name: &str) -> bool {
+        self.rows.get(name).is_some_and(|row| {
+            let facts = self.facts(input, row, name);
+            facts.active && !facts.blocked && !row.waits
+        })
+    }
+}
+
+/// Whether the node has work recorded for a current package that is not complete: it was admitted
+/// before (e.g. by a previous leader whose status write was lost) and keeps its slot. A record
+/// queued for a config rerun (`unknown`) has not started: the budget admits it (DESIGN §5).
+fn started(nodewright: &NodeWright, state: &NodeState) -> bool {
+    nodewright
+        .spec
+        .packages
+        .iter()
+        .filter_map(|(name, p)| state.get(name, &p.version))
+        .any(|r| !matches!(r.state, Some(State::Complete | State::Unknown)))
+}
+
+/// The rows of the selected nodes, and which are ignored or untolerated.
+fn rows(input: &PassInput<'_>) -> (BTreeMap<String, NodeRow>, Vec<String>, Vec<String>) {
+    let nw = input.nodewright;
+    let name = nw.name_any();
+    let mut rows = BTreeMap::new();
+    let (mut ignored, mut untolerated) = (Vec::new(), Vec::new());
+    for node in input.nodes {
+        let node_name = node.name_any();
+        let state = parse_state(node, &name);
+        let reason = blocker(node, input.tolerations);
+        match &reason {
+            Some(Blocker::Ignored) => ignored.push(node_name.clone()),
+            Some(Blocker::Taints(_)) => untolerated.push(node_name.clone()),
+            None => {}
+        }
+        let plan = state
+            .as_ref()
+            .map(|s| plan(nw, &node_name, s, input.jobs, false));
+        rows.insert(
+            node_name,
+            NodeRow {
+                node: node.clone(),
+                complete: state
+                    .as_ref()
+                    .is_some_and(|s| graph::all_done(&nw.spec.packages, s)),
+                blocked: state.is_none() || reason.is_some(),
+                waits: priority::waits(input.gates, node),
+                state,
+                plan,
+            },
+        );
+    }
+    ignored.sort();
+    untolerated.sort();
+    (rows, ignored, untolerated)
+}
+
+/// Decides the pass: rows, admission within each compartment's budget and batches, node order.
+pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> PassDecision<'c> {
+    let nw = input.nodewright;
+    let old = input.old_status;
+    let (rows, ignored, untolerated) = rows(input);
+    // A version change starts a new rollout: its batches begin afresh (when reset is enabled).
+    let fresh_batches = input.reset_batches && batches::versions_changed(&old.package_list, nw);
+    let may_start = !input.paused && !input.disabled && !input.missing_policy;
+    let mut active: BTreeSet<String> = BTreeSet::new();
+    let mut batch_states = BTreeMap::new();
+    let mut all_slots = Vec::new();
+    let mut newly_stopped = Vec::new();
+    for c in compartments {
+        let slots: Vec<Slot<'c>> = c
+            .nodes
+            .iter()
+            .filter_map(|n| rows.get(n).map(|r| (n, r)))
+            .map(|(n, r)| Slot {
+                node: n,
+                admitted: old.node_priority.contains_key(n)
+                    || r.state.as_ref().is_some_and(|s| started(nw, s)),
+                complete: r.complete,
+                timed_out: r.timed_out(),
+                blocked: r.blocked || r.waits,
+            })
+            .collect();
+        let mut batch_state = None;
+        if let Some(strategy) = &c.strategy {
+            let previous = old
+                .compartment_statuses
+                .get(&c.name)
+                .and_then(|s| s.batch_state.as_ref())
+                .filter(|_| !fresh_batches);
+            let step = batches::step(strategy, previous, &slots, c.ceiling, may_start);
+            if step.state.should_stop && !previous.is_some_and(|p| p.should_stop) {
+                newly_stopped.push(c.name.clone());
+            }
+            batch_state = Some(step.state);
+            if may_start {
+                active.extend(step.admit.into_iter().map(str::to_owned));
+            }
+        } else if may_start {
+            active.extend(admit(&slots, c.ceiling).into_iter().map(str::to_owned));
+        }
+        batch_states.insert(c.name.clone(), batch_state);
+        all_slots.push(slots);
+    }
+
+    // nodePriority: admitted nodes keep their place until they complete (upstream's stickiness).
+    let mut node_priority: BTreeMap<String, Time> = BTreeMap::new();
+    let mut offset = old.node_order_offset;
+    for (node, since) in &old.node_priority {
+        match rows.get(node) {
+            Some(r) if !r.complete => {
+                node_priority.insert(node.clone(), since.clone());
+            }
+            _ => offset = offset.saturating_add(1),
+        }
+    }
+    for node in &active {
+        node_priority
+            .entry(node.clone())
+            .or_insert_with(|| Time(input.now));
+    }
+    PassDecision {
+        rows,
+        ignored,
+        untolerated,
+        active,
+        batch_states,
+        slots: all_slots,
+        newly_stopped,
+        node_priority,
+        node_order_offset: offset,
+    }
+}
+
+fn to_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The status the pass writes, from its decision and what happened on each node (`results`: the
+/// node's records after the pass, `None` when malformed, and its status). `nodewright` carries the
+/// status parts other steps of the pass own (boot IDs, config updates, uninstall conditions).
+pub fn finish(
+    input: &PassInput<'_>,
+    nodewright: &NodeWright,
+    compartments: &[Compartment],
+    mut decision: PassDecision<'_>,
+    results: BTreeMap<String, (Option<NodeState>, Status)>,
+) -> NodeWrightStatus {
+    // Compartment counts and batch states from this pass's outcome (a node can complete during it).
+    let done_now = |n: &str| {
+        results
+            .get(n)
+            .is_some_and(|(_, status)| *status == Status::Complete)
+    };
+    for (c, slots) in compartments.iter().zip(&decision.slots) {
+        let (Some(strategy), Some(Some(state))) =
+            (&c.strategy, decision.batch_states.get_mut(&c.name))
+        else {
+            continue;
+        };
+        let after: Vec<Slot<'_>> = slots
+            .iter()
+            .map(|s| Slot {
+                admitted: s.admitted || decision.active.contains(s.node),
+                complete: s.complete || done_now(s.node),
+                ..s.clone()
+            })
+            .collect();
+        *state = batches::settle(strategy, state, &after);
+    }
+    let compartment_statuses = compartments
+        .iter()
+        .map(|c| {
+            let completed = c.nodes.iter().filter(|n| done_now(n)).count();
+            let in_progress = c
+                .nodes
+                .iter()
+                .filter(|n| decision.active.contains(*n) && !done_now(n))
+                .count();
+            let status = CompartmentStatus {
+                matched: to_i32(c.nodes.len()),
+                ceiling: to_i32(c.ceiling),
+                in_progress: to_i32(in_progress),
+                completed: to_i32(completed),
+                progress_percent: to_i32((completed * 100).checked_div(c.nodes.len()).unwrap_or(0)),
+                batch_state: decision.batch_states.remove(&c.name).flatten(),
+            };
+            (c.name.clone(), status)
+        })
+        .collect();
+    let mut status = status::build(
+        nodewright,
+        StatusInput {
+            nodes: results,
+            node_priority: decision.node_priority,
+            node_order_offset: decision.node_order_offset,
+            compartments: compartment_statuses,
+            paused: input.paused,
+            disabled: input.disabled,
+            missing_policy: input.missing_policy.then(|| {
+                nodewright
+                    .spec
+                    .deployment_policy
+                    .clone()
+                    .unwrap_or_default()
+            }),
+            ignored: decision.ignored,
+            untolerated: decision.untolerated,
+        },
+        input.now,
+    );
+    if input.reset_batches
+        && status.status == Some(Status::Complete)
+        && input.old_status.status != Some(Status::Complete)
+    {
+        // Completion resets the batches (upstream-api.md §5.7): the next rollout starts at batch 1.
+        for c in status.compartment_statuses.values_mut() {
+            if let Some(b) = c.batch_state.as_mut() {
+                let completed = usize::try_from(c.completed).unwrap_or_default();
+                *b = batches::initial(completed, 0);
+            }
+        }
+    }
+    status
+}
+
+/// The status of a node the pass does not work on (and of one whose work failed).
+pub fn idle_status(decision: &PassDecision<'_>, input: &PassInput<'_>, name: &str) -> Status {
+    decision.rows.get(name).map_or(Status::Blocked, |row| {
+        if row.state.is_none() {
+            Status::Blocked
+        } else {
+            node_status(decision.facts(input, row, name))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use nodewright_shared::api::{NodeWrightSpec, Package, Sequencing};
+    use nodewright_shared::keys;
+    use nodewright_shared::node_state::{PackageStatus, Stage};
+
+    fn nodewright(name: &str, priority: i32, sequencing: Sequencing) -> NodeWright {
+        let mut nw = NodeWright::new(
+            name,
+            NodeWrightSpec {
+                packages: BTreeMap::from([(
+                    "a".to_owned(),
+                    Package {
+                        version: "1.0.0".into(),
+                        image: "img".into(),
+                        ..Package::default()
+                    },
+                )]),
+                priority,
+                sequencing,
+                ..NodeWrightSpec::default()
+            },
+        );
+        nw.metadata.generation = Some(1);
+        nw
+    }
+
+    /// A node with `annotations` (its node state for `nw`, an ignore label...).
+    fn node(name: &str, labels: &[(&str, &str)], annotations: &[(String, String)]) -> Arc<Node> {
+        Arc::new(Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        })
+    }
+
+    fn state_of(nw: &str, stage: Stage, state: State) -> (String, String) {
+        let mut s = NodeState::default();
+        s.upsert(PackageStatus {
+            name: "a".into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage,
+            state: Some(state),
+            restarts: 0,
+        });
+        (keys::node_state_key(nw), s.to_annotation())
+    }
+
+    fn compartment(nodes: &[&Arc<Node>], ceiling: usize) -> Vec<Compartment> {
+        vec![Compartment {
+            name: "__default__".into(),
+            ceiling,
+            nodes: nodes.iter().map(|n| n.name_any()).collect(),
+            strategy: None,
+        }]
+    }
+
+    struct Fixture {
+        nw: NodeWright,
+        old: NodeWrightStatus,
+        nodes: Vec<Arc<Node>>,
+        jobs: JobIndex,
+        paused: bool,
+    }
+
+    impl Fixture {
+        fn new(nw: NodeWright, nodes: Vec<Arc<Node>>) -> Self {
+            Fixture {
+                nw,
+                old: NodeWrightStatus::default(),
+                nodes,
+                jobs: JobIndex::default(),
+                paused: false,
+            }
+        }
+
+        fn input<'a>(&'a self, gates: &'a [Gate<'a>]) -> PassInput<'a> {
+            PassInput {
+                nodewright: &self.nw,
+                old_status: &self.old,
+                nodes: &self.nodes,
+                gates,
+                jobs: &self.jobs,
+                tolerations: &[],
+                reset_batches: false,
+                missing_policy: false,
+                paused: self.paused,
+                disabled: false,
+                now: Timestamp::UNIX_EPOCH,
+            }
+        }
+    }
+
+    #[test]
+    fn the_budget_admits_nodes_in_order_and_keeps_started_ones_and_blocked_ones_out() {
+        let nw = nodewright("nw", 200, Sequencing::Node);
+        let started = node(
+            "n0",
+            &[],
+            &[state_of("nw", Stage::Apply, State::InProgress)],
+        );
+        let ignored = node("n1", &[(keys::IGNORE_LABEL, "true")], &[]);
+        let malformed = node("n2", &[], &[(keys::node_state_key("nw"), "{".into())]);
+        let fresh = [node("n3", &[], &[]), node("n4", &[], &[])];
+        let nodes = vec![
+            started.clone(),
+            ignored.clone(),
+            malformed.clone(),
+            fresh[0].clone(),
+            fresh[1].clone(),
+        ];
+        let all: Vec<&Arc<Node>> = nodes.iter().collect();
+        let compartments = compartment(&all, 2);
+        let f = Fixture::new(nw, nodes.clone());
+        let input = f.input(&[]);
+        let d = decide(&input, &compartments);
+        // n0 had work recorded (a slot of its own); the ceiling of 2 leaves room for n3 only.
+        assert_eq!(d.active, BTreeSet::from(["n0".into(), "n3".into()]));
+        assert_eq!(d.ignored, ["n1"]);
+        assert!(d.rows["n2"].blocked && d.rows["n2"].state.is_none());
+        assert!(d.works_on(&input, "n0") && d.works_on(&input, "n3"));
+        assert!(!d.works_on(&input, "n1") && !d.works_on(&input, "n2"));
+        assert_eq!(idle_status(&d, &input, "n1"), Status::Blocked);
+        assert_eq!(idle_status(&d, &input, "n2"), Status::Blocked);
+        assert_eq!(idle_status(&d, &input, "n4"), Status::Waiting);
+        // The plan is computed once, in the pass: what the first advance starts from.
+        let plan = d.rows["n3"].plan.as_ref().expect("planned");
+        assert_eq!(plan.create.len(), 1);
+        assert!(d.rows["n2"].plan.is_none());
+        // Admission order: admitted now, at the pass's clock.
+        assert_eq!(d.node_priority.len(), 2);
+    }
+
+    #[test]
+    fn admitted_nodes_keep_their_order_and_completed_ones_move_the_offset() {
+        let nw = nodewright("nw", 200, Sequencing::Node);
+        let done = node("n0", &[], &[state_of("nw", Stage::Config, State::Complete)]);
+        let running = node(
+            "n1",
+            &[],
+            &[state_of("nw", Stage::Apply, State::InProgress)],
+        );
+        let fresh = node("n2", &[], &[]);
+        let nodes = vec![done.clone(), running.clone(), fresh.clone()];
+        let all: Vec<&Arc<Node>> = nodes.iter().collect();
+        let compartments = compartment(&all, 5);
+        let mut f = Fixture::new(nw, nodes);
+        let t = |s: i64| Time(Timestamp::from_second(s).expect("timestamp"));
+        f.old.node_priority = BTreeMap::from([("n0".into(), t(10)), ("n1".into(), t(20))]);
+        f.old.node_order_offset = 3;
+        let input = f.input(&[]);
+        let d = decide(&input, &compartments);
+        // n0 completed: it leaves nodePriority and the offset counts it; n1 keeps its place, n2 joins.
+        assert_eq!(d.node_order_offset, 4);
+        assert!(!d.node_priority.contains_key("n0"));
+        assert_eq!(d.node_order("n2"), 4, "admitted at the epoch: first");
+        assert_eq!(d.node_order("n1"), 5);
+        assert!(!d.works_on(&input, "n0"));
+        assert_eq!(idle_status(&d, &input, "n0"), Status::Complete);
+    }
+
+    #[test]
+    fn a_paused_nodewright_admits_nothing_and_an_earlier_one_holds_a_node_back() {
+        let nw = nodewright("later", 200, Sequencing::Node);
+        let earlier = nodewright("earlier", 100, Sequencing::Node);
+        let busy = node(
+            "n0",
+            &[],
+            &[state_of("earlier", Stage::Apply, State::InProgress)],
+        );
+        let free = node(
+            "n1",
+            &[],
+            &[state_of("earlier", Stage::Config, State::Complete)],
+        );
+        let nodes = vec![busy.clone(), free.clone()];
+        let all: Vec<&Arc<Node>> = nodes.iter().collect();
+        let compartments = compartment(&all, 5);
+        let everyone = [earlier];
+        let node_refs: Vec<&Node> = nodes.iter().map(AsRef::as_ref).collect();
+        let mut f = Fixture::new(nw, nodes.clone());
+        let gates = priority::gates(&f.nw, &everyone, &node_refs);
+        let input = f.input(&gates);
+        let d = decide(&input, &compartments);
+        assert!(d.rows["n0"].waits && !d.rows["n1"].waits);
+        assert!(
+            !d.works_on(&input, "n0"),
+            "the earlier NodeWright is not done on n0"
+        );
+        assert!(d.works_on(&input, "n1"));
+
+        f.paused = true;
+        let input = f.input(&gates);
+        let d = decide(&input, &compartments);
+        assert!(d.active.is_empty());
+        assert_eq!(idle_status(&d, &input, "n1"), Status::Paused);
+    }
+}
