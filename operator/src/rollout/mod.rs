@@ -99,25 +99,71 @@ pub(crate) fn annotation_on(nodewright: &NodeWright, key: &str) -> bool {
     nodewright.annotations().get(key).is_some_and(|v| v == ON)
 }
 
+/// One pass over a NodeWright: guards, the steps that write before planning (each may end the pass
+/// and plan again on its own event), then the pure decision and its acts.
 async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Action, ReconcileError> {
+    if let Some(action) = guard(ctx, nodewright).await? {
+        return Ok(action);
+    }
+    match prepare(ctx, nodewright).await? {
+        Prepared::Again(action) => Ok(action),
+        Prepared::Ready(ready) => decide_and_act(ctx, nodewright, *ready).await,
+    }
+}
+
+/// Whether the pass may run at all: this replica leads, the Job store has listed, the finalizer is
+/// in place (adding it ends the pass: the write is an event).
+async fn guard(ctx: &Context, nodewright: &NodeWright) -> Result<Option<Action>, ReconcileError> {
     if !ctx.leading() {
-        return Ok(Action::await_change());
+        return Ok(Some(Action::await_change()));
     }
     if !ctx.jobs_synced() {
         // An unsynced store would read as "no Job yet" and start stages that already ran.
-        return Ok(Action::requeue(Duration::from_millis(500)));
+        return Ok(Some(Action::requeue(Duration::from_millis(500))));
     }
-    let name = nodewright.name_any();
     let deleting = nodewright.metadata.deletion_timestamp.is_some();
     if deleting && !finalizer::has_finalizer(nodewright) {
-        return Ok(Action::await_change());
+        return Ok(Some(Action::await_change()));
     }
     if !deleting && !finalizer::has_finalizer(nodewright) {
         finalizer::add(ctx, nodewright).await?;
         // The write is an event: the next reconcile sees the finalizer.
-        return Ok(Action::await_change());
+        return Ok(Some(Action::await_change()));
     }
+    Ok(None)
+}
 
+/// What the pass works on once its pre-steps wrote nothing.
+struct Ready {
+    /// Defaulted, with the config updates' interrupts (and, when deleting, its uninstalls).
+    nw: NodeWright,
+    deleting: bool,
+    paused: bool,
+    disabled: bool,
+    /// Selected nodes, in rollout order.
+    nodes: Vec<Arc<Node>>,
+    /// Every NodeWright this operator reconciles (priority, runtime-required taint).
+    all_nodewrights: Vec<NodeWright>,
+    jobs: JobIndex,
+    policy: Option<DeploymentPolicy>,
+    missing_policy: Option<String>,
+}
+
+/// The outcome of the pre-steps.
+enum Prepared {
+    /// A pre-step wrote (its event plans again) or must wait.
+    Again(Action),
+    /// Nothing more to write first: decide.
+    Ready(Box<Ready>),
+}
+
+/// The steps that act before the pass plans, in upstream's order: defaults, auto-taint of new nodes,
+/// deletion (cleanup or uninstall-first), reboot resets, pause/drift of Jobs, config updates, and
+/// the DeploymentPolicy lookup.
+async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, ReconcileError> {
+    let again = |action| Ok(Prepared::Again(action));
+    let name = nodewright.name_any();
+    let deleting = nodewright.metadata.deletion_timestamp.is_some();
     // Objects can reach storage without the webhook: apply the same defaults (in memory).
     let mut nw = nodewright.clone();
     default_nodewright(&mut nw.spec, &ctx.config.defaults);
@@ -145,20 +191,20 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
     if auto_taint::taint_new_nodes(ctx, &all_nodewrights, &node_refs).await? > 0 {
         // The taints are events; plan again on the tainted nodes.
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return again(Action::requeue(Duration::from_secs(1)));
     }
     if deleting {
         let states: Vec<Option<NodeState>> = nodes.iter().map(|n| parse_state(n, &name)).collect();
         if !uninstall::pending(&nw, states.iter().map(Option::as_ref)) {
             ctx.metrics.forget(&name);
-            return finalizer::cleanup(ctx, nodewright).await;
+            return Ok(Prepared::Again(finalizer::cleanup(ctx, nodewright).await?));
         }
         info!(nodewright = %name, "deletion waits for the uninstall of its enabled packages");
         uninstall::on_delete(&mut nw);
     }
     if reboots::reset_rebooted(ctx, &nw, &nodes).await? {
         // The resets are events; plan again on the fresh nodes.
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return again(Action::requeue(Duration::from_secs(1)));
     }
 
     let label = naming::label_value(&name);
@@ -173,11 +219,11 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
     job_ops::set_suspended(ctx, &jobs, paused).await?;
     if !paused && job_ops::replace_drifted(ctx, &nw, &jobs).await? > 0 {
         // The deletions are events; plan again on the Jobs that remain.
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return again(Action::requeue(Duration::from_secs(1)));
     }
     if config_updates::sync(ctx, &mut nw, &nodes).await? {
         // The status write is an event: plan again on the updated object.
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return again(Action::requeue(Duration::from_secs(1)));
     }
     // From here on, packages with config updates carry the interrupt those call for.
     let nw = config_updates::effective(&nw);
@@ -192,7 +238,7 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         // From the policy store: its watch wakes this NodeWright when the policy changes.
         Some(policy) => match ctx.deployment_policy(policy) {
             // An unsynced store would read as "policy missing" and block the rollout for nothing.
-            PolicyLookup::NotSynced => return Ok(Action::requeue(Duration::from_millis(500))),
+            PolicyLookup::NotSynced => return again(Action::requeue(Duration::from_millis(500))),
             PolicyLookup::Found(found) => {
                 let mut p = DeploymentPolicy::clone(&found);
                 nodewright_shared::defaults::default_deployment_policy(&mut p.spec);
@@ -201,7 +247,39 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             PolicyLookup::Missing => (None, Some(policy.to_owned())),
         },
     };
+    Ok(Prepared::Ready(Box::new(Ready {
+        nw,
+        deleting,
+        paused,
+        disabled,
+        nodes,
+        all_nodewrights,
+        jobs,
+        policy,
+        missing_policy,
+    })))
+}
 
+/// Decides the pass ([`pass::decide`]) and acts on it: the advanced and marked nodes, their node
+/// conditions, then the one status write.
+async fn decide_and_act(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    ready: Ready,
+) -> Result<Action, ReconcileError> {
+    let Ready {
+        nw,
+        deleting,
+        paused,
+        disabled,
+        nodes,
+        all_nodewrights,
+        jobs,
+        policy,
+        missing_policy,
+    } = ready;
+    let name = nw.name_any();
+    let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
     let every_node = ctx.nodes.state();
     let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
     let gates = priority::gates(&nw, &all_nodewrights, &every_node);
@@ -248,68 +326,8 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
             .await;
     }
 
-    // Act: advance the admitted nodes, mark the others, then sync the node conditions.
-    let mut results: BTreeMap<String, (Option<NodeState>, Status)> = BTreeMap::new();
-    let mut first_error: Option<ReconcileError> = None;
-    let mut draining = false;
-    let names: Vec<String> = decision.rows.keys().cloned().collect();
-    for node_name in &names {
-        let idle = pass::idle_status(&decision, &input, node_name);
-        let works = decision.works_on(&input, node_name);
-        let Some(row) = decision.rows.get_mut(node_name) else {
-            continue;
-        };
-        let Some(state) = row.state.clone() else {
-            results.insert(node_name.clone(), (None, Status::Blocked));
-            continue;
-        };
-        if works {
-            let first_plan = row.plan.take();
-            let node = row.node.clone();
-            let node_order = decision.node_order(node_name);
-            match node_work::advance(
-                ctx,
-                &nw,
-                &node,
-                state.clone(),
-                first_plan,
-                &jobs,
-                node_order,
-            )
-            .await
-            {
-                Ok(done) => {
-                    draining |= done.draining;
-                    results.insert(node_name.clone(), (Some(done.state), done.status));
-                }
-                Err(e) => {
-                    results.insert(node_name.clone(), (Some(state), idle));
-                    first_error.get_or_insert(e);
-                }
-            }
-        } else {
-            let lift_taint = row.complete
-                && nw.spec.runtime_required
-                && runtime_taint::runtime_ready(&all_nodewrights, &row.node);
-            if let Err(e) = mark_node(ctx, &name, &row.node, idle, row.complete, lift_taint).await {
-                first_error.get_or_insert(e);
-            }
-            results.insert(node_name.clone(), (Some(state), idle));
-        }
-    }
-    // Node conditions `nodewright.nvidia.com/<nw>/{NotReady,Erroring}` (written only on a change).
-    for (node_name, (state, node_status)) in &results {
-        let (Some(row), Some(state)) = (decision.rows.get(node_name), state) else {
-            continue;
-        };
-        let complete = *node_status == Status::Complete;
-        let erroring = *node_status == Status::Erroring || any_erroring(&nw, state);
-        if let Err(e) =
-            crate::node_conditions::sync(ctx, &row.node, &name, complete, erroring).await
-        {
-            first_error.get_or_insert(e);
-        }
-    }
+    let acted = act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
+    let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
 
     let status = pass::finish(&input, &with_status, &compartments, decision, results);
     let strategies = compartments
@@ -328,6 +346,95 @@ async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Actio
         Some(Status::Complete) => Action::requeue(ctx.config.default_interval),
         _ => Action::requeue(IN_FLIGHT_RESYNC),
     })
+}
+
+/// What acting on the nodes did.
+struct Acted {
+    /// Per node: its records after the pass (`None`: malformed) and its status.
+    results: BTreeMap<String, (Option<NodeState>, Status)>,
+    /// Some work waits for a node to drain.
+    draining: bool,
+    /// The first failure (the other nodes were still worked on).
+    first_error: Option<ReconcileError>,
+}
+
+/// Advances the nodes the pass works on, marks the others (status, cordon release, runtime taint),
+/// then syncs every node's NodeWright conditions. A node's failure does not stop the others.
+async fn act_on_nodes(
+    ctx: &Context,
+    input: &PassInput<'_>,
+    decision: &mut PassDecision<'_>,
+    all_nodewrights: &[NodeWright],
+) -> Acted {
+    let name = input.nodewright.name_any();
+    let jobs = input.jobs;
+    let mut results: BTreeMap<String, (Option<NodeState>, Status)> = BTreeMap::new();
+    let mut first_error: Option<ReconcileError> = None;
+    let mut draining = false;
+    let names: Vec<String> = decision.rows.keys().cloned().collect();
+    for node_name in &names {
+        let idle = pass::idle_status(decision, input, node_name);
+        let works = decision.works_on(input, node_name);
+        let Some(row) = decision.rows.get_mut(node_name) else {
+            continue;
+        };
+        let Some(state) = row.state.clone() else {
+            results.insert(node_name.clone(), (None, Status::Blocked));
+            continue;
+        };
+        if works {
+            let first_plan = row.plan.take();
+            let node = row.node.clone();
+            let node_order = decision.node_order(node_name);
+            match node_work::advance(
+                ctx,
+                input.nodewright,
+                &node,
+                state.clone(),
+                first_plan,
+                jobs,
+                node_order,
+            )
+            .await
+            {
+                Ok(done) => {
+                    draining |= done.draining;
+                    results.insert(node_name.clone(), (Some(done.state), done.status));
+                }
+                Err(e) => {
+                    results.insert(node_name.clone(), (Some(state), idle));
+                    first_error.get_or_insert(e);
+                }
+            }
+        } else {
+            let lift_taint = row.complete
+                && input.nodewright.spec.runtime_required
+                && runtime_taint::runtime_ready(all_nodewrights, &row.node);
+            if let Err(e) = mark_node(ctx, &name, &row.node, idle, row.complete, lift_taint).await {
+                first_error.get_or_insert(e);
+            }
+            results.insert(node_name.clone(), (Some(state), idle));
+        }
+    }
+    // Node conditions `nodewright.nvidia.com/<nw>/{NotReady,Erroring}` (written only on a change).
+    for (node_name, (state, node_status)) in &results {
+        let (Some(row), Some(state)) = (decision.rows.get(node_name), state) else {
+            continue;
+        };
+        let complete = *node_status == Status::Complete;
+        let erroring = *node_status == Status::Erroring || any_erroring(input.nodewright, state);
+        if let Err(e) =
+            crate::node_conditions::sync(ctx, &row.node, &name, complete, erroring).await
+        {
+            first_error.get_or_insert(e);
+        }
+    }
+
+    Acted {
+        results,
+        draining,
+        first_error,
+    }
 }
 
 /// Records in `nw`'s status what the rest of the pass owns: the current boot IDs, the uninstall
