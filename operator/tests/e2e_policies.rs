@@ -1160,7 +1160,11 @@ async fn a_deleted_nodewrights_metric_series_are_removed() {
                     .await
                     .map_err(|e| cluster.kube_error("pods".into(), e))?
                     .items;
-                if list.len() < 2 {
+                let running =
+                    |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                // Both held (not already done): the in-progress series above came from a rollout
+                // that could not have finished.
+                if list.len() < 2 || !list.iter().all(running) {
                     return Ok(None);
                 }
                 for pod in &list {
