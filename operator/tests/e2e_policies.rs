@@ -1,0 +1,1225 @@
+//! DeploymentPolicy compartments and strategies, downgrades, malformed node state and metric cleanup,
+//! end to end on the local control plane (real kube-apiserver, etcd, the Job controller, kwok
+//! simulating the nodes). Each test runs its own operator in-process, scoped by the label
+//! `nodewright.test/policies` to its own NodeWright(s), with Jobs in its own namespace, on fake
+//! nodes of its own (named after the namespace, labelled for the compartments). No validating
+//! webhook runs here (only the CRD's CEL rules), so spec edits reach the operator as written.
+//!
+//! Orders are read from the objects' own timestamps (every Job version a watch delivered), never
+//! from the wall clock; waits are bounded only so a broken build fails instead of hanging.
+//!
+//! (overlap) a node matching several compartments lands in the one the documented tie-break picks
+//!     (upstream-api.md §5.2): the safer strategy (fixed before exponential) over the name, then the
+//!     smaller ceiling over the name, then the name. `compartmentStatuses` shows the matched counts,
+//!     and the two nodes of a ceiling-1 compartment roll one after the other.
+//! (linear) a linear strategy (initialBatch 1, delta 1) rolls 6 nodes in batches of 1, 2 and 3: each
+//!     batch starts after the previous one ended, its nodes are in flight together, and the batch
+//!     state the NodeWright reported went through last sizes 1, 2, 3.
+//! (ceilings) two compartments plus `__default__`, each with its own budget and strategy: at no time
+//!     (from the Jobs' timestamps) are more nodes of a compartment in progress than its ceiling, also
+//!     where the strategy asks for a bigger batch (DESIGN §5: the ceiling always caps); the
+//!     no-strategy compartment does use its whole ceiling.
+//! (reset) `resetBatchStateOnCompletion`: the NodeWright's `deploymentPolicyOptions` value wins over
+//!     the policy's, both ways. With reset, the batch state is back at batch 1 after completion and
+//!     a version bump rolls from batch 1 again (one node, then the next); without, the bump goes on
+//!     from the last batch size (both nodes at once).
+//! (downgrade-uninstalled) an uninstall-enabled package uninstalled with `uninstall.apply`, then set
+//!     to a lower version, installs fresh (apply, config; no upgrade), without the old record.
+//! (downgrade-kept) a package without uninstall set to a lower version installs by apply (no
+//!     upgrade), and the node state keeps both versions' records (as upstream).
+//! (malformed) garbage in a node's `nodeState_<nw>` annotation: the NodeWright reports
+//!     NodeStateMalformed (ParseError, naming the node), the node is blocked and runs nothing while
+//!     the other node completes, and the garbage is left as it was; deleting the annotation clears the
+//!     condition and the rollout completes.
+//! (metrics) a NodeWright's `nodewright_*` series are on `/metrics` during its rollout (held on a
+//!     hanging pod) and after it; once it is deleted (its finalizer let it go) none is left, while
+//!     another NodeWright's series stay.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use nodewright_e2e::{Cluster, PodFate};
+use nodewright_operator::JobHook;
+use nodewright_operator::admin::{Readiness, bind, router, serve};
+use nodewright_operator::metrics::Metrics;
+use nodewright_operator::state_metrics::StateMetrics;
+use nodewright_shared::api::{
+    BatchState, DEFAULT_COMPARTMENT, DeploymentPolicy, DeploymentPolicyOptions, NodeWright,
+    NodeWrightSpec, Package, Status, Uninstall,
+};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{Stage, State};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+mod support;
+use support::{
+    BOUND, Operator, cluster, condition, create_fake_node, node_state, on_nodes, operator_env,
+    package, patch_node, spawn_operator, status_is, wait_nodewright, wait_nodewright_gone,
+    wait_status,
+};
+
+/// Label that scopes each test's operator to its own NodeWrights (value: the test's namespace).
+const SUITE_LABEL: &str = "nodewright.test/policies";
+
+/// Node labels the compartments select on (only the test's own NodeWright nodes count).
+const GPU: &str = "policies.test/gpu";
+const ZONE: &str = "policies.test/zone";
+const RACK: &str = "policies.test/rack";
+const ROW: &str = "policies.test/row";
+
+fn start_operator(
+    client: kube::Client,
+    namespace: &str,
+    hook: Option<JobHook>,
+    metrics: Option<StateMetrics>,
+) -> Operator {
+    let env = operator_env(namespace, format!("operator-{namespace}"), 3);
+    spawn_operator(
+        client,
+        &env,
+        format!("{SUITE_LABEL}={namespace}"),
+        hook,
+        metrics,
+    )
+}
+
+/// A hook under which every pod succeeds after `delay`: a node's stages then take long enough that
+/// nodes admitted together are visibly in flight together in the Jobs' timestamps.
+fn every_pod_succeeds_after(delay: &'static str) -> JobHook {
+    Arc::new(move |job: &mut Job| {
+        if let Some(spec) = job.spec.as_mut() {
+            PodFate::succeed()
+                .delay(delay)
+                .apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    })
+}
+
+/// Creates the NodeWright `name` for the operator of the test of namespace `ns`.
+async fn create_nodewright(client: &kube::Client, ns: &str, name: &str, spec: NodeWrightSpec) {
+    // NodeWrightSpec::default() has priority 0, which the CRD rejects; the API default is 200.
+    let spec = NodeWrightSpec {
+        priority: nodewright_shared::api::DEFAULT_PRIORITY,
+        ..spec
+    };
+    let mut nw = NodeWright::new(name, spec);
+    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.to_owned())]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created");
+}
+
+/// Creates the DeploymentPolicy `name` with `spec` (JSON, as a user writes it).
+async fn create_policy(client: &kube::Client, name: &str, spec: serde_json::Value) {
+    let policy: DeploymentPolicy = serde_json::from_value(json!({
+        "apiVersion": "nodewright.nvidia.com/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": name},
+        "spec": spec
+    }))
+    .expect("policy");
+    Api::<DeploymentPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("DeploymentPolicy created");
+}
+
+/// Creates the fake nodes `<prefix>-<suffix>` with their labels, in this order (the rollout order
+/// within a compartment is creation time, then name); returns their names.
+async fn create_nodes(
+    client: &kube::Client,
+    prefix: &str,
+    nodes: &[(&str, &[(&str, &str)])],
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for (suffix, labels) in nodes {
+        let name = format!("{prefix}-{suffix}");
+        create_fake_node(client, &name, labels, json!([])).await;
+        names.push(name);
+    }
+    names
+}
+
+async fn delete_nodes(client: &kube::Client, names: &[String]) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in names {
+        let _ = nodes.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// Merge-patches the NodeWright `name`; returns the generation of the patched spec.
+async fn patch_spec(client: &kube::Client, name: &str, patch: serde_json::Value) -> i64 {
+    Api::<NodeWright>::all(client.clone())
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .expect("NodeWright patched")
+        .metadata
+        .generation
+        .expect("generation")
+}
+
+/// Waits until the NodeWright is complete on the spec of `generation` (or a later one).
+async fn wait_complete_at(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    generation: i64,
+) -> NodeWright {
+    wait_nodewright(
+        cluster,
+        client,
+        name,
+        &format!("complete at generation {generation}"),
+        |nw| {
+            status_is(nw, Status::Complete)
+                && nw
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.observed_generation)
+                    .is_some_and(|g| g >= generation)
+        },
+    )
+    .await
+}
+
+/// Every version of every object a watch delivered, in the order delivered: a watch sees versions
+/// (and objects) that a later list would miss.
+struct Watched<K> {
+    seen: Arc<Mutex<Vec<K>>>,
+    task: JoinHandle<()>,
+}
+
+impl<K> Watched<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    fn start(api: Api<K>, config: watcher::Config) -> Self {
+        let seen: Arc<Mutex<Vec<K>>> = Arc::default();
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(next) = stream.next().await {
+                if let Ok(object) = next {
+                    sink.lock().expect("lock").push(object);
+                }
+            }
+        });
+        Watched { seen, task }
+    }
+
+    fn all(&self) -> Vec<K> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// The last version seen of each object, by uid.
+    fn latest(&self) -> Vec<K> {
+        let mut by_uid: BTreeMap<String, K> = BTreeMap::new();
+        for object in self.all() {
+            if let Some(uid) = object.meta().uid.clone() {
+                by_uid.insert(uid, object);
+            }
+        }
+        by_uid.into_values().collect()
+    }
+}
+
+impl<K> Drop for Watched<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn watch_jobs(client: &kube::Client, ns: &str) -> Watched<Job> {
+    Watched::start(
+        Api::namespaced(client.clone(), ns),
+        watcher::Config::default(),
+    )
+}
+
+fn node_of(job: &Job) -> Option<&str> {
+    job.labels().get(keys::NODE_LABEL).map(String::as_str)
+}
+
+fn created(job: &Job) -> Option<Timestamp> {
+    job.metadata.creation_timestamp.as_ref().map(|t| t.0)
+}
+
+fn completed(job: &Job) -> Option<Timestamp> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Complete" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
+}
+
+/// Waits until the watch has seen `count` Jobs matching `wanted`, every one of them complete; returns
+/// them (their last versions).
+async fn wait_jobs_complete(
+    cluster: &Cluster,
+    jobs: &Watched<Job>,
+    what: &str,
+    count: usize,
+    wanted: impl Fn(&Job) -> bool,
+) -> Vec<Job> {
+    let wanted = &wanted;
+    cluster
+        .wait_for(what, BOUND, || async move {
+            let matching: Vec<Job> = jobs.latest().into_iter().filter(|j| wanted(j)).collect();
+            Ok(
+                (matching.len() >= count && matching.iter().all(|j| completed(j).is_some()))
+                    .then_some(matching),
+            )
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// When the node was in progress: from its first Job's creation to its last Job's completion (all of
+/// its Jobs among `jobs` are complete).
+fn span(jobs: &[Job], node: &str) -> (Timestamp, Timestamp) {
+    let on: Vec<&Job> = jobs.iter().filter(|j| node_of(j) == Some(node)).collect();
+    let start = on
+        .iter()
+        .filter_map(|j| created(j))
+        .min()
+        .unwrap_or_else(|| panic!("no Job on {node}"));
+    let end = on
+        .iter()
+        .map(|j| completed(j).unwrap_or_else(|| panic!("{} not complete", j.name_any())))
+        .max()
+        .unwrap_or_else(|| panic!("no Job on {node}"));
+    (start, end)
+}
+
+/// Asserts that `batches` (groups of nodes) ran in this order as batches: each batch's first Job
+/// was created only after the previous batch's last Job completed, and the nodes of one batch were in
+/// flight together (each started before any of them had finished).
+fn assert_batches(jobs: &[Job], batches: &[&[String]]) {
+    let spans: Vec<Vec<(Timestamp, Timestamp)>> = batches
+        .iter()
+        .map(|b| b.iter().map(|n| span(jobs, n)).collect())
+        .collect();
+    for (i, batch) in spans.iter().enumerate() {
+        let last_start = batch.iter().map(|s| s.0).max().expect("a node");
+        let first_end = batch.iter().map(|s| s.1).min().expect("a node");
+        if batch.len() > 1 {
+            assert!(
+                last_start < first_end,
+                "the nodes of batch {:?} were not in flight together: {batch:?}",
+                batches[i]
+            );
+        }
+        if i > 0 {
+            let previous_end = spans[i - 1].iter().map(|s| s.1).max().expect("a node");
+            let first_start = batch.iter().map(|s| s.0).min().expect("a node");
+            assert!(
+                first_start >= previous_end,
+                "batch {:?} started at {first_start} before batch {:?} finished at {previous_end}",
+                batches[i],
+                batches[i - 1]
+            );
+        }
+    }
+}
+
+/// The most of `nodes` ever in progress at once, from their spans. The spans are half-open: a node
+/// admitted once another completed starts no earlier than that completion, also at the timestamps'
+/// one-second resolution (rounding down keeps the order), so it never counts as overlapping it.
+fn peak_in_progress(jobs: &[Job], nodes: &[String]) -> usize {
+    let spans: Vec<(Timestamp, Timestamp)> = nodes.iter().map(|n| span(jobs, n)).collect();
+    spans
+        .iter()
+        .map(|(at, _)| {
+            spans
+                .iter()
+                .filter(|(start, end)| start <= at && at < end)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The batch state of `compartment` in the NodeWright's status.
+fn batch_state(nw: &NodeWright, compartment: &str) -> BatchState {
+    nw.status
+        .as_ref()
+        .and_then(|s| s.compartment_statuses.get(compartment))
+        .and_then(|c| c.batch_state.clone())
+        .unwrap_or_else(|| panic!("no batch state for {compartment}: {:?}", nw.status))
+}
+
+/// (currentBatch, lastBatchSize, completedNodes, failedNodes, shouldStop).
+fn batch_summary(b: &BatchState) -> (i32, i32, i32, i32, bool) {
+    (
+        b.current_batch,
+        b.last_batch_size,
+        b.completed_nodes,
+        b.failed_nodes,
+        b.should_stop,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_compartments_follow_the_documented_tie_break() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("overlap")
+        .await
+        .expect("namespace");
+    // n0: alpha (exponential) and bravo (fixed) ⇒ bravo: the safer strategy wins over the name.
+    // n1: alpha only.
+    // n2: bravo (fixed, ceiling 2) and charlie (fixed, ceiling 1) ⇒ charlie: the smaller ceiling
+    //     wins over the name.
+    // n3: charlie and delta (both fixed, ceiling 1) ⇒ charlie: the name.
+    // n4: nothing ⇒ __default__.
+    let names = create_nodes(
+        &client,
+        &ns,
+        &[
+            ("n0", &[(GPU, "yes"), (ZONE, "east")]),
+            ("n1", &[(GPU, "yes")]),
+            ("n2", &[(ZONE, "east"), (RACK, "r1")]),
+            ("n3", &[(RACK, "r1"), (ROW, "x")]),
+            ("n4", &[]),
+        ],
+    )
+    .await;
+    let fixed = json!({"fixed": {"initialBatch": 1}});
+    create_policy(
+        &client,
+        &ns,
+        json!({
+            "default": {"budget": {"count": 1}, "strategy": fixed},
+            "compartments": [
+                {"name": "alpha", "selector": {"matchLabels": {GPU: "yes"}},
+                 "budget": {"count": 2}, "strategy": {"exponential": {"initialBatch": 1}}},
+                {"name": "bravo", "selector": {"matchLabels": {ZONE: "east"}},
+                 "budget": {"count": 2}, "strategy": fixed},
+                {"name": "charlie", "selector": {"matchLabels": {RACK: "r1"}},
+                 "budget": {"count": 1}, "strategy": fixed},
+                {"name": "delta", "selector": {"matchLabels": {ROW: "x"}},
+                 "budget": {"count": 1}, "strategy": fixed}
+            ]
+        }),
+    )
+    .await;
+    let jobs = watch_jobs(&client, &ns);
+    let _operator = start_operator(client.clone(), &ns, None, None);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    let status = nw.status.clone().expect("status");
+    assert_eq!(status.complete_nodes, "5/5");
+    let matched: BTreeMap<&str, (i32, i32, i32)> = status
+        .compartment_statuses
+        .iter()
+        .map(|(name, c)| (name.as_str(), (c.matched, c.ceiling, c.completed)))
+        .collect();
+    // The counts pin every node: alpha 1 ⇒ n0 is not alpha's; bravo 1 ⇒ n2 is not bravo's;
+    // charlie 2 ⇒ n3 is charlie's.
+    assert_eq!(
+        matched,
+        BTreeMap::from([
+            ("alpha", (1, 2, 1)),
+            ("bravo", (1, 2, 1)),
+            ("charlie", (2, 1, 2)),
+            ("delta", (0, 1, 0)),
+            (DEFAULT_COMPARTMENT, (1, 1, 1)),
+        ]),
+        "(matched, ceiling, completed) per compartment"
+    );
+    // charlie (ceiling 1) rolled n2, then n3.
+    let done = wait_jobs_complete(cluster, &jobs, "every Job complete", 10, |_| true).await;
+    assert_batches(&done, &[&names[2..3], &names[3..4]]);
+    delete_nodes(&client, &names).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linear_strategy_grows_each_batch_by_delta() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("linear").await.expect("namespace");
+    let names = create_nodes(
+        &client,
+        &ns,
+        &[
+            ("n0", &[]),
+            ("n1", &[]),
+            ("n2", &[]),
+            ("n3", &[]),
+            ("n4", &[]),
+            ("n5", &[]),
+        ],
+    )
+    .await;
+    create_policy(
+        &client,
+        &ns,
+        json!({"default": {
+            "budget": {"percent": 100},
+            "strategy": {"linear": {"initialBatch": 1, "delta": 1}}
+        }}),
+    )
+    .await;
+    let jobs = watch_jobs(&client, &ns);
+    let history = Watched::start(
+        Api::<NodeWright>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={ns}")),
+    );
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        Some(every_pod_succeeds_after("2s")),
+        None,
+    );
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            // Keep the final batch state readable (a reset would put it back to batch 1).
+            deployment_policy_options: Some(DeploymentPolicyOptions {
+                reset_batch_state_on_completion: Some(false),
+            }),
+            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert_eq!(
+        batch_summary(&batch_state(&nw, DEFAULT_COMPARTMENT)),
+        (4, 3, 6, 0, false),
+        "three batches evaluated, the last of 3 nodes"
+    );
+    // Every batch the NodeWright reported as evaluated, in order: sizes 1, 2, 3.
+    let mut evaluated: Vec<(i32, i32)> = Vec::new();
+    for version in history.all() {
+        if let Some(b) = version
+            .status
+            .as_ref()
+            .and_then(|s| s.compartment_statuses.get(DEFAULT_COMPARTMENT))
+            .and_then(|c| c.batch_state.as_ref())
+            .filter(|b| b.last_batch_size > 0)
+            && evaluated.last() != Some(&(b.current_batch, b.last_batch_size))
+        {
+            evaluated.push((b.current_batch, b.last_batch_size));
+        }
+    }
+    assert_eq!(
+        evaluated,
+        [(2, 1), (3, 2), (4, 3)],
+        "(currentBatch, lastBatchSize)"
+    );
+    // Nodes are taken in creation order: [n0], [n1, n2], [n3, n4, n5].
+    let done = wait_jobs_complete(cluster, &jobs, "every Job complete", 12, |_| true).await;
+    assert_batches(&done, &[&names[0..1], &names[1..3], &names[3..6]]);
+    delete_nodes(&client, &names).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_compartment_keeps_its_nodes_in_progress_within_its_ceiling() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("ceilings")
+        .await
+        .expect("namespace");
+    let east: &[(&str, &str)] = &[(ZONE, "east")];
+    let west: &[(&str, &str)] = &[(ZONE, "west")];
+    let names = create_nodes(
+        &client,
+        &ns,
+        &[
+            ("e0", east),
+            ("e1", east),
+            ("e2", east),
+            ("w0", west),
+            ("w1", west),
+            ("w2", west),
+            ("d0", &[]),
+            ("d1", &[]),
+        ],
+    )
+    .await;
+    let (east_nodes, west_nodes, default_nodes) = (
+        names[0..3].to_vec(),
+        names[3..6].to_vec(),
+        names[6..8].to_vec(),
+    );
+    create_policy(
+        &client,
+        &ns,
+        json!({
+            // The default strategy asks for batches of 2; its ceiling is 1.
+            "default": {"budget": {"count": 1},
+                        "strategy": {"exponential": {"initialBatch": 2}}},
+            "compartments": [
+                // Asks for one batch of 3; the ceiling is 1.
+                {"name": "east", "selector": {"matchLabels": {ZONE: "east"}},
+                 "budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 3}}},
+                // No strategy: as many as the ceiling, trunc(3 × 67%) = 2.
+                {"name": "west", "selector": {"matchLabels": {ZONE: "west"}},
+                 "budget": {"percent": 67}}
+            ]
+        }),
+    )
+    .await;
+    let jobs = watch_jobs(&client, &ns);
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        Some(every_pod_succeeds_after("2s")),
+        None,
+    );
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            deployment_policy_options: Some(DeploymentPolicyOptions {
+                reset_batch_state_on_completion: Some(false),
+            }),
+            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    let status = nw.status.clone().expect("status");
+    let shape: BTreeMap<&str, (i32, i32, i32)> = status
+        .compartment_statuses
+        .iter()
+        .map(|(name, c)| (name.as_str(), (c.matched, c.ceiling, c.completed)))
+        .collect();
+    assert_eq!(
+        shape,
+        BTreeMap::from([
+            ("east", (3, 1, 3)),
+            ("west", (3, 2, 3)),
+            (DEFAULT_COMPARTMENT, (2, 1, 2)),
+        ]),
+        "(matched, ceiling, completed) per compartment"
+    );
+    // The ceiling cut the strategies' batches: east rolled 3 batches of 1 (not one of 3), the
+    // default 2 batches of 1 (not one of 2); west has no strategy and no batch state.
+    assert_eq!(
+        batch_summary(&batch_state(&nw, "east")),
+        (4, 1, 3, 0, false)
+    );
+    assert_eq!(
+        batch_summary(&batch_state(&nw, DEFAULT_COMPARTMENT)),
+        (3, 1, 2, 0, false)
+    );
+    assert_eq!(
+        status
+            .compartment_statuses
+            .get("west")
+            .and_then(|c| c.batch_state.clone()),
+        None
+    );
+
+    let done = wait_jobs_complete(cluster, &jobs, "every Job complete", 16, |_| true).await;
+    assert_eq!(peak_in_progress(&done, &east_nodes), 1, "east, ceiling 1");
+    assert_eq!(
+        peak_in_progress(&done, &default_nodes),
+        1,
+        "__default__, ceiling 1"
+    );
+    // Within its ceiling, and using it: the two nodes it admitted together were in flight together.
+    assert_eq!(peak_in_progress(&done, &west_nodes), 2, "west, ceiling 2");
+    delete_nodes(&client, &names).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_batch_state_on_completion_the_nodewright_option_wins_over_the_policy() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("reset").await.expect("namespace");
+    let linear = json!({"linear": {"initialBatch": 1, "delta": 1}});
+    let (resetting, keeping) = (format!("{ns}-on"), format!("{ns}-off"));
+    create_policy(
+        &client,
+        &resetting,
+        json!({"default": {"budget": {"percent": 100}, "strategy": linear},
+               "resetBatchStateOnCompletion": true}),
+    )
+    .await;
+    create_policy(
+        &client,
+        &keeping,
+        json!({"default": {"budget": {"percent": 100}, "strategy": linear},
+               "resetBatchStateOnCompletion": false}),
+    )
+    .await;
+    // (NodeWright, policy, deploymentPolicyOptions, whether its batch state resets)
+    let cases = [
+        (format!("{ns}-a"), &resetting, None, true),
+        (format!("{ns}-b"), &resetting, Some(false), false),
+        (format!("{ns}-c"), &keeping, Some(true), true),
+        (format!("{ns}-d"), &keeping, None, false),
+    ];
+    let jobs = watch_jobs(&client, &ns);
+    let _operator = start_operator(
+        client.clone(),
+        &ns,
+        Some(every_pod_succeeds_after("2s")),
+        None,
+    );
+    let mut all_nodes = Vec::new();
+    let mut nodes_of = BTreeMap::new();
+    for (name, policy, option, _) in &cases {
+        let nodes = create_nodes(&client, name, &[("n0", &[]), ("n1", &[])]).await;
+        let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        create_nodewright(
+            &client,
+            &ns,
+            name,
+            NodeWrightSpec {
+                node_selectors: on_nodes(&refs),
+                deployment_policy: Some((*policy).clone()),
+                deployment_policy_options: option.map(|reset| DeploymentPolicyOptions {
+                    reset_batch_state_on_completion: Some(reset),
+                }),
+                packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+                ..NodeWrightSpec::default()
+            },
+        )
+        .await;
+        all_nodes.extend(nodes.iter().cloned());
+        nodes_of.insert(name.clone(), nodes);
+    }
+
+    // First rollout: batches [n0], [n1] everywhere. Then the batch state is back at batch 1 (the
+    // checkpoint at the 2 complete nodes) where reset applies, and left at batch 3 elsewhere.
+    for (name, _, _, resets) in &cases {
+        let nw = wait_status(cluster, &client, name, Status::Complete).await;
+        let want = if *resets {
+            (1, 0, 2, 0, false)
+        } else {
+            (3, 1, 2, 0, false)
+        };
+        assert_eq!(
+            batch_summary(&batch_state(&nw, DEFAULT_COMPARTMENT)),
+            want,
+            "{name} after its first rollout"
+        );
+    }
+
+    // A version bump: with reset, it rolls from batch 1 again (n0, then n1); without, it goes on
+    // from the last batch size (1 + delta = 2: both nodes at once).
+    let mut generations = BTreeMap::new();
+    for (name, _, _, _) in &cases {
+        let generation = patch_spec(
+            &client,
+            name,
+            json!({"spec": {"packages": {"tool": {"version": "2.0.0"}}}}),
+        )
+        .await;
+        generations.insert(name.clone(), generation);
+    }
+    for (name, _, _, resets) in &cases {
+        let nw = wait_complete_at(cluster, &client, name, generations[name]).await;
+        let nodes = &nodes_of[name];
+        let label = name.clone();
+        let upgraded = wait_jobs_complete(
+            cluster,
+            &jobs,
+            &format!("the upgrade Jobs of {name}"),
+            4,
+            |j| {
+                j.labels().get(keys::NAME_LABEL) == Some(&label)
+                    && j.labels().get(keys::PACKAGE_LABEL).map(String::as_str) == Some("tool-2.0.0")
+            },
+        )
+        .await;
+        let state = batch_summary(&batch_state(&nw, DEFAULT_COMPARTMENT));
+        if *resets {
+            assert_batches(&upgraded, &[&nodes[0..1], &nodes[1..2]]);
+            assert_eq!(state, (1, 0, 2, 0, false), "{name}: reset again");
+        } else {
+            assert_batches(&upgraded, &[&nodes[0..2]]);
+            assert_eq!(state, (4, 2, 2, 0, false), "{name}: one more batch, of 2");
+        }
+    }
+    delete_nodes(&client, &all_nodes).await;
+}
+
+fn uninstallable(version: &str, apply: bool) -> Package {
+    Package {
+        uninstall: Some(Uninstall {
+            enabled: true,
+            apply,
+        }),
+        ..package(version, &[])
+    }
+}
+
+/// The stages of the Jobs created for `tool-<version>`.
+fn stages_of(jobs: &Watched<Job>, version: &str) -> BTreeSet<String> {
+    let label = format!("tool-{version}");
+    jobs.latest()
+        .iter()
+        .filter(|j| j.labels().get(keys::PACKAGE_LABEL) == Some(&label))
+        .filter_map(|j| j.labels().get(keys::STAGE_LABEL).cloned())
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_after_uninstall_installs_fresh() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("downgrade-fresh")
+        .await
+        .expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[])]).await;
+    let node = names[0].clone();
+    let jobs = watch_jobs(&client, &ns);
+    let _operator = start_operator(client.clone(), &ns, None, None);
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("tool".to_owned(), uninstallable("2.0.0", false))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+
+    let generation = patch_spec(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"tool": {"uninstall": {"enabled": true, "apply": true}}}}}),
+    )
+    .await;
+    wait_complete_at(cluster, &client, &ns, generation).await;
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    assert!(
+        state.get("tool", "2.0.0").is_none(),
+        "uninstalled: {state:?}"
+    );
+    assert_eq!(
+        stages_of(&jobs, "2.0.0"),
+        set(&["apply", "config", "uninstall"])
+    );
+
+    // A lower version, the uninstall no longer requested: a fresh install.
+    let generation = patch_spec(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"tool": {
+            "version": "1.0.0",
+            "uninstall": {"enabled": true, "apply": false}
+        }}}}),
+    )
+    .await;
+    let nw = wait_complete_at(cluster, &client, &ns, generation).await;
+    assert_eq!(
+        nw.status.map(|s| s.package_list),
+        Some("tool:1.0.0".to_owned())
+    );
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let r = state
+        .get("tool", "1.0.0")
+        .expect("the lower version's record");
+    assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
+    assert!(state.get("tool", "2.0.0").is_none(), "{state:?}");
+    assert_eq!(
+        stages_of(&jobs, "1.0.0"),
+        set(&["apply", "config"]),
+        "apply then config, no upgrade"
+    );
+    delete_nodes(&client, &names).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_without_uninstall_applies_and_keeps_both_records() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("downgrade-kept")
+        .await
+        .expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[])]).await;
+    let node = names[0].clone();
+    let jobs = watch_jobs(&client, &ns);
+    let _operator = start_operator(client.clone(), &ns, None, None);
+    let tool = Package {
+        uninstall: Some(Uninstall {
+            enabled: false,
+            apply: false,
+        }),
+        ..package("2.0.0", &[])
+    };
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("tool".to_owned(), tool)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+
+    let generation = patch_spec(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"tool": {"version": "1.0.0"}}}}),
+    )
+    .await;
+    let nw = wait_complete_at(cluster, &client, &ns, generation).await;
+    assert_eq!(
+        nw.status.map(|s| s.package_list),
+        Some("tool:1.0.0".to_owned())
+    );
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let lower = state
+        .get("tool", "1.0.0")
+        .expect("the lower version's record");
+    assert_eq!(
+        (lower.stage, lower.state),
+        (Stage::Config, Some(State::Complete))
+    );
+    let higher = state.get("tool", "2.0.0").expect("the old record stays");
+    assert_eq!(
+        (higher.stage, higher.state),
+        (Stage::Config, Some(State::Complete))
+    );
+    assert_eq!(
+        stages_of(&jobs, "1.0.0"),
+        set(&["apply", "config"]),
+        "apply then config, no upgrade"
+    );
+    assert_eq!(stages_of(&jobs, "2.0.0"), set(&["apply", "config"]));
+    delete_nodes(&client, &names).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("malformed")
+        .await
+        .expect("namespace");
+    let names = create_nodes(&client, &ns, &[("good", &[]), ("bad", &[])]).await;
+    let (good, bad) = (names[0].clone(), names[1].clone());
+    let key = keys::node_state_key(&ns);
+    let garbage = "{not json";
+    patch_node(
+        &client,
+        &bad,
+        json!({"metadata": {"annotations": {key.clone(): garbage}}}),
+    )
+    .await;
+    let _operator = start_operator(client.clone(), &ns, None, None);
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&good, &bad]),
+            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nw = wait_nodewright(
+        cluster,
+        &client,
+        &ns,
+        "NodeStateMalformed, the good node complete",
+        |nw| {
+            condition(nw, "NodeStateMalformed").is_some_and(|c| c.status == "True")
+                && nw
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.node_status.get(&good) == Some(&Status::Complete))
+        },
+    )
+    .await;
+    let malformed = condition(&nw, "NodeStateMalformed").expect("condition");
+    assert_eq!(malformed.reason, "ParseError");
+    assert!(
+        malformed.message.contains(&bad) && !malformed.message.contains(&good),
+        "{}",
+        malformed.message
+    );
+    let status = nw.status.clone().expect("status");
+    assert_eq!(status.node_status.get(&bad), Some(&Status::Blocked));
+    assert_ne!(status.status, Some(Status::Complete));
+    assert!(condition(&nw, "Ready").is_some_and(|c| c.status == "False"));
+    let on_bad = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}={bad}", keys::NODE_LABEL)))
+        .await
+        .expect("jobs")
+        .items;
+    assert!(on_bad.is_empty(), "nothing runs on the malformed node");
+    let annotation = Api::<Node>::all(client.clone())
+        .get(&bad)
+        .await
+        .expect("node")
+        .annotations()
+        .get(&key)
+        .cloned();
+    assert_eq!(
+        annotation.as_deref(),
+        Some(garbage),
+        "the operator left it alone"
+    );
+
+    // Repaired (deleted): the condition goes and the node is rolled.
+    patch_node(
+        &client,
+        &bad,
+        json!({"metadata": {"annotations": {key.clone(): null}}}),
+    )
+    .await;
+    let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert!(
+        condition(&nw, "NodeStateMalformed").is_none_or(|c| c.status == "False"),
+        "{:?}",
+        condition(&nw, "NodeStateMalformed")
+    );
+    assert!(condition(&nw, "Ready").is_some_and(|c| c.status == "True"));
+    let state = node_state(&client, &bad, &ns).await.expect("node state");
+    let r = state.get("pkg", "1.0.0").expect("record");
+    assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
+    delete_nodes(&client, &names).await;
+}
+
+/// One plain HTTP/1.1 GET of `/metrics` on `addr`.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the admin server");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The value of the series whose line starts with `series` (name and labels, exactly).
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The `nodewright_*` sample lines of the NodeWright `name`.
+fn series_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let label = format!("nodewright_name=\"{name}\"");
+    text.lines()
+        .filter(|l| l.starts_with("nodewright_") && l.contains(&label))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_nodewrights_metric_series_are_removed() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("metrics")
+        .await
+        .expect("namespace");
+    let names = create_nodes(&client, &ns, &[("kept", &[]), ("gone", &[])]).await;
+    let (kept, gone) = (format!("{ns}-kept"), format!("{ns}-gone"));
+
+    let metrics = Metrics::new();
+    let state_metrics = metrics.state();
+    let listeners = bind(&["127.0.0.1:0".parse().expect("address")])
+        .await
+        .expect("bind");
+    let addr = listeners[0].local_addr().expect("address");
+    let admin_stop = CancellationToken::new();
+    let admin = tokio::spawn(serve(
+        listeners,
+        router(Arc::new(metrics), Readiness::default()),
+        admin_stop.clone(),
+    ));
+    // The apply of `held` hangs until the test lets it succeed: the rollout is certainly in
+    // progress while the test looks at it.
+    let hook: JobHook = Arc::new(|job: &mut Job| {
+        if job
+            .labels()
+            .get(keys::PACKAGE_LABEL)
+            .is_some_and(|p| p == "held-1.0.0")
+            && job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply")
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::hang().apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let _operator = start_operator(client.clone(), &ns, Some(hook), Some(state_metrics));
+    let mut held = package("1.0.0", &[]);
+    held.stage_timeout = Some("0".into());
+    for (name, node) in [(&kept, &names[0]), (&gone, &names[1])] {
+        create_nodewright(
+            &client,
+            &ns,
+            name,
+            NodeWrightSpec {
+                node_selectors: on_nodes(&[node]),
+                packages: BTreeMap::from([("held".to_owned(), held.clone())]),
+                ..NodeWrightSpec::default()
+            },
+        )
+        .await;
+    }
+
+    // During the rollout: the series say so.
+    let in_progress =
+        format!("nodewright_status{{nodewright_name=\"{gone}\",status=\"in_progress\"}}");
+    let text = cluster
+        .wait_for("the rollout in progress on /metrics", BOUND, || {
+            let in_progress = in_progress.clone();
+            async move {
+                let text = scrape(addr).await;
+                Ok((series_value(&text, &in_progress) == Some(1.0)).then_some(text))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        series_value(
+            &text,
+            &format!(
+                "nodewright_package_state_count{{nodewright_name=\"{gone}\",package_name=\"held\",package_version=\"1.0.0\",state=\"in_progress\"}}"
+            )
+        ),
+        Some(1.0),
+        "{text}"
+    );
+
+    // Let the held applies finish.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let released = cluster
+        .wait_for("both held pods released", BOUND, || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL)))
+                    .await
+                    .map_err(|e| cluster.kube_error("pods".into(), e))?
+                    .items;
+                let running =
+                    |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                // Both held (not already done): the in-progress series above came from a rollout
+                // that could not have finished.
+                if list.len() < 2 || !list.iter().all(running) {
+                    return Ok(None);
+                }
+                for pod in &list {
+                    let mut meta =
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta::default();
+                    PodFate::succeed().apply(&mut meta);
+                    pods.patch(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {
+                            "labels": meta.labels,
+                            "annotations": meta.annotations
+                        }})),
+                    )
+                    .await
+                    .map_err(|e| cluster.kube_error("pod fate".into(), e))?;
+                }
+                Ok(Some(list.len()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(released, 2);
+    wait_status(cluster, &client, &kept, Status::Complete).await;
+    wait_status(cluster, &client, &gone, Status::Complete).await;
+    let text = scrape(addr).await;
+    for name in [&kept, &gone] {
+        assert_eq!(
+            series_value(
+                &text,
+                &format!("nodewright_status{{nodewright_name=\"{name}\",status=\"complete\"}}")
+            ),
+            Some(1.0),
+            "{text}"
+        );
+    }
+
+    // Deleted (no uninstall to wait for): once the object is gone, so are its series.
+    Api::<NodeWright>::all(client.clone())
+        .delete(&gone, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &gone).await;
+    let text = scrape(addr).await;
+    assert_eq!(series_of(&text, &gone), Vec::<&str>::new(), "{text}");
+    assert_eq!(
+        series_value(
+            &text,
+            &format!("nodewright_status{{nodewright_name=\"{kept}\",status=\"complete\"}}")
+        ),
+        Some(1.0),
+        "the other NodeWright's series stay: {text}"
+    );
+    assert!(!series_of(&text, &kept).is_empty());
+    admin_stop.cancel();
+    let _ = admin.await;
+    delete_nodes(&client, &names).await;
+}
