@@ -146,45 +146,14 @@ impl<K> Drop for Seen<K> {
     }
 }
 
-/// Nodes of the test's own, so a policy's batches are not shared with other tests. Returns once kwok
-/// reports every one Ready and the node lifecycle controller lifted its `not-ready` taint: until
-/// then a node is blocked (an untolerated taint), and the batches, which follow the node order,
-/// would start with the next node instead.
+/// Nodes of the test's own, so a policy's batches are not shared with other tests (each Ready
+/// before it is returned, see [`support::wait_node_ready`]).
 async fn create_nodes(client: &kube::Client, prefix: &str, count: usize) -> Vec<String> {
-    let cluster = cluster().await;
     let mut names = Vec::new();
     for i in 0..count {
         let name = format!("{prefix}-n{i}");
         create_fake_node(client, &name, &[], json!([])).await;
         names.push(name);
-    }
-    let api = Api::<Node>::all(client.clone());
-    for name in &names {
-        cluster
-            .wait_for(&format!("node {name} ready and untainted"), BOUND, || {
-                let api = api.clone();
-                async move {
-                    let node = api
-                        .get(name)
-                        .await
-                        .map_err(|e| cluster.kube_error(format!("get node {name}"), e))?;
-                    let untainted = node
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.taints.as_ref())
-                        .is_none_or(|t| t.is_empty());
-                    let ready = node
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| {
-                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        });
-                    Ok((untainted && ready).then_some(()))
-                }
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
     }
     names
 }

@@ -248,6 +248,39 @@ pub async fn create_fake_node(
         .create(&PostParams::default(), &node)
         .await
         .expect("node created");
+    wait_node_ready(client, name).await;
+}
+
+/// Waits until kwok reports the node Ready and the node lifecycle controller lifted its
+/// `node.kubernetes.io/not-ready` taint. Until then the operator rightly treats the node as blocked
+/// (a taint its packages do not tolerate), and a test whose batches follow the node order would see
+/// them start with the next node instead.
+pub async fn wait_node_ready(client: &kube::Client, name: &str) {
+    let cluster = cluster().await;
+    let api = Api::<Node>::all(client.clone());
+    cluster
+        .wait_for(&format!("node {name} ready"), BOUND, || {
+            let api = api.clone();
+            async move {
+                let node = api
+                    .get(name)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get node {name}"), e))?;
+                let not_ready_taint = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == "node.kubernetes.io/not-ready"));
+                let ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                Ok((ready && !not_ready_taint).then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Waits until the NodeWright `name` is gone (its finalizer let it go).
