@@ -10,8 +10,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::OperatorConfig;
-use crate::jobs::JobConfig;
+use crate::runtime::config::OperatorConfig;
 
 /// A last edit applied to every Job just before it is created. For tests on the local control plane,
 /// where a pod's fate (succeed, fail, hang...) is chosen by a label on its template; the operator
@@ -27,7 +26,7 @@ pub struct RunOptions {
     /// See [`JobHook`].
     pub job_hook: Option<JobHook>,
     /// Marked synced once the node cache has listed (the admin server's `/readyz`).
-    pub readiness: Option<crate::admin::Readiness>,
+    pub readiness: Option<crate::runtime::admin::Readiness>,
     /// The webhook certificate controller's settings (`WEBHOOK_CERTS_MANAGED=true`); `None`: the
     /// chart's cert-manager or provided-Secret mode, the controller does not run.
     pub webhook_certs: Option<crate::webhook_certs::Settings>,
@@ -49,15 +48,13 @@ pub struct Context {
     pub client: kube::Client,
     /// The operator's configuration.
     pub config: Arc<OperatorConfig>,
-    /// What the Job builders need (derived from `config` once).
-    pub job_config: JobConfig,
     /// Every node, trimmed of what the operator never reads.
     pub nodes: Store<Node>,
     /// The operator's own pods (its namespace, labelled with a NodeWright name), fed by the outcome
     /// controller's pod watch. Read for running Jobs, so a pod event costs no API call; a finished
     /// Job's pods are listed live once, because its outcome must not be classified from a store
     /// that may not have seen the last pod update yet. Trimmed to metadata, status and `nodeName`
-    /// ([`crate::cache_trim::pod`]).
+    /// ([`crate::runtime::cache_trim::pod`]).
     pub pods: Store<Pod>,
     /// The NodeWrights this operator reconciles: the rollout controller's store (it delays every
     /// reconcile until the store has listed). Read for the ordering between NodeWrights and the
@@ -86,7 +83,7 @@ pub struct Context {
     /// Every other write of this term goes through it (refused once the term ended).
     pub writer: crate::writes::Writer,
     /// NodeWright gauges and reconcile counters (unregistered handles when nobody scrapes them).
-    pub metrics: crate::state_metrics::StateMetrics,
+    pub metrics: crate::metrics::state::StateMetrics,
 }
 
 impl Context {

@@ -2,7 +2,7 @@
 //! log line is enough to find the problem.
 
 use crate::jobs::JobBuildError;
-use crate::node_patch::NodeWriteError;
+use crate::node::edit::NodeWriteError;
 use crate::rollout::selection::SelectorError;
 
 /// Why a reconcile failed (it is retried with back-off).

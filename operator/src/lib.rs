@@ -1,50 +1,35 @@
-//! The NodeWright operator's pure building blocks (DESIGN §4): everything the reconcilers decide or
-//! build that needs no API call, so it can be tested exhaustively without a cluster.
+//! The NodeWright operator. The folders show its architecture:
 //!
-//! - [`naming`]: deterministic, DNS-valid names of Jobs, ConfigMaps and containers, and safe label
-//!   values;
-//! - [`jobs`]: the package-stage Job (§4.1) and the merged, node-wide interrupt Job (§4.2), built from
-//!   a NodeWright, a package and the operator configuration;
-//! - [`outcome`]: the one genuine-failure predicate over a Pod and the classification of a finished
-//!   Job (§4.4), plus which failed attempts to keep as evidence;
-//! - [`drift`]: the hash of what makes an unfinished package Job stale (§4.4, Drift).
+//! - [`runtime`]: the process around the reconcilers: configuration, leader election, the admin
+//!   server, telemetry and the watch-fed caches;
+//! - [`jobs`]: pure: the package-stage and interrupt Jobs (DESIGN §4.1, §4.2) and their package
+//!   ConfigMaps, their drift hash, reading a Job's state, and the classification of a finished Job
+//!   (§4.4);
+//! - [`node`]: pure: the per-node state of a NodeWright, the node edits (annotations, labels,
+//!   taints, cordon) and the node conditions;
+//! - [`writes`]: every API write, through one term-gated [`writes::Writer`];
+//! - [`rollout`]: the NodeWright reconciler (selection, budget, a pure pass decision, then its acts);
+//! - [`outcomes`]: the Job/Pod reconciler that records outcomes in node state, and the `last-logs`
+//!   evidence;
+//! - [`metrics`]: the `nodewright_*` metrics served at `/metrics`;
+//! - [`webhook_certs`]: the webhook's CA, serving certificate and caBundle (leader only);
+//! - [`run::run`]: wires the caches, leader election and, per leadership term, the reconcilers.
 //!
-//! And the running operator:
-//! - [`run::run`]: node cache, leader election and, per leadership term, the reconcilers;
-//! - [`rollout`]: the NodeWright reconciler (selection, budget, stage machine, config updates,
-//!   uninstall, reboots, status, finalizer);
-//! - [`outcomes`]: the Job/Pod reconciler that records outcomes in node state;
-//! - [`node_patch`], [`interrupts`], [`configmaps`], [`nodes`]: its writes and caches;
-//! - [`evidence`]: the `last-logs` annotation of a failed or stuck Job;
-//! - [`metrics`], [`state_metrics`]: the `nodewright_*` metrics served at `/metrics`;
-//! - [`webhook_certs`]: the webhook's CA, serving certificate and caBundle (leader only).
+//! Everything under `jobs/` and `node/` needs no API call, so it is tested exhaustively without a
+//! cluster.
 
-pub mod admin;
-pub mod api_metrics;
-pub mod cache_trim;
-pub mod config;
-pub mod configmaps;
-pub mod context;
-pub mod drift;
-pub mod error;
-pub mod evidence;
-pub mod interrupts;
-pub mod job_state;
+pub(crate) mod context;
+pub(crate) mod error;
 pub mod jobs;
-pub mod leader;
 pub mod metrics;
-pub mod naming;
-pub mod node_conditions;
-pub mod node_patch;
-pub mod nodes;
-pub mod outcome;
-pub mod outcomes;
-pub mod rollout;
+pub(crate) mod naming;
+pub(crate) mod node;
+pub(crate) mod outcomes;
+pub(crate) mod rollout;
 pub mod run;
-pub mod state_metrics;
-pub mod telemetry;
+pub mod runtime;
 pub mod webhook_certs;
-pub mod writes;
+pub(crate) mod writes;
 
 pub use context::{JobHook, RunOptions};
 pub use run::{run, run_instrumented};

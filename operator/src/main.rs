@@ -5,10 +5,11 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use nodewright_operator::admin::{self, Readiness};
-use nodewright_operator::config::OperatorConfig;
+use nodewright_operator::RunOptions;
 use nodewright_operator::metrics::Metrics;
-use nodewright_operator::{RunOptions, telemetry};
+use nodewright_operator::runtime::admin::{self, Readiness};
+use nodewright_operator::runtime::config::OperatorConfig;
+use nodewright_operator::runtime::telemetry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -47,7 +48,7 @@ async fn serve(
     config: OperatorConfig,
     webhook_certs: Option<nodewright_operator::webhook_certs::Settings>,
 ) -> ExitCode {
-    info!(version = env!("CARGO_PKG_VERSION"), namespace = %config.namespace, "starting");
+    info!(version = env!("CARGO_PKG_VERSION"), namespace = %config.jobs.namespace, "starting");
     let metrics = Metrics::new();
     // Every request of the operator's client is counted (nodewright_operator_api_requests_total).
     let client = match kube::Config::infer()

@@ -17,12 +17,13 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::OperatorConfig;
 use crate::context::{Context, RunOptions};
-use crate::leader::{Elector, LeaderError, LeaderHandle};
 use crate::metrics::LeaderMetrics;
-use crate::state_metrics::StateMetrics;
-use crate::{cache_trim, nodes, outcomes, rollout};
+use crate::metrics::state::StateMetrics;
+use crate::runtime::config::OperatorConfig;
+use crate::runtime::leader::{Elector, LeaderError, LeaderHandle};
+use crate::runtime::{cache_trim, nodes};
+use crate::{outcomes, rollout};
 
 /// Why the operator could not run.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +133,6 @@ pub async fn run_instrumented(
         let policies_synced = synced_flag(policy_store.clone(), || {});
         let ctx = Arc::new(Context {
             client: client.clone(),
-            job_config: config.job_config(),
             config: config.clone(),
             nodes: node_store.clone(),
             pods: pod_store,
@@ -148,7 +148,11 @@ pub async fn run_instrumented(
                 &config.lease.identity,
                 stop.clone(),
             ),
-            writer: crate::writes::Writer::new(client.clone(), &config.namespace, stop.clone()),
+            writer: crate::writes::Writer::new(
+                client.clone(),
+                &config.jobs.namespace,
+                stop.clone(),
+            ),
             metrics: state_metrics.clone(),
         });
         // The certificate controller is leader-only like the reconcilers, and ends with the term.
@@ -249,7 +253,7 @@ fn naming_policy(nodewrights: &[Arc<NodeWright>], policy: &str) -> Vec<ObjectRef
 
 /// The reconcilers of one term, until its token is cancelled.
 async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, writers: Writers) {
-    let namespace = ctx.config.namespace.clone();
+    let namespace = ctx.config.jobs.namespace.clone();
     let client = ctx.client.clone();
     let owned = watcher::Config::default().labels(keys::NAME_LABEL);
     let mut nodewrights = watcher::Config::default();

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode, header};
-use nodewright_operator::admin::{Readiness, bind, router, serve};
 use nodewright_operator::metrics::Metrics;
+use nodewright_operator::runtime::admin::{Readiness, bind, router, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;

@@ -31,9 +31,9 @@ use nodewright_e2e::PodFate;
 
 mod support;
 use nodewright_operator::JobHook;
-use nodewright_operator::admin::{Readiness, bind, router, serve};
 use nodewright_operator::metrics::Metrics;
-use nodewright_operator::state_metrics::StateMetrics;
+use nodewright_operator::metrics::state::StateMetrics;
+use nodewright_operator::runtime::admin::{Readiness, bind, router, serve};
 use nodewright_shared::api::{
     DeploymentPolicy, DeploymentPolicyOptions, NodeWright, NodeWrightSpec, Status,
 };

@@ -47,9 +47,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::{Cluster, PodFate};
 use nodewright_operator::JobHook;
-use nodewright_operator::admin::{Readiness, bind, router, serve};
 use nodewright_operator::metrics::Metrics;
-use nodewright_operator::state_metrics::StateMetrics;
+use nodewright_operator::metrics::state::StateMetrics;
+use nodewright_operator::runtime::admin::{Readiness, bind, router, serve};
 use nodewright_shared::api::{
     BatchState, DEFAULT_COMPARTMENT, DeploymentPolicy, DeploymentPolicyOptions, NodeWright,
     NodeWrightSpec, Package, Status, Uninstall,

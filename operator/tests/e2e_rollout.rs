@@ -35,7 +35,7 @@ use nodewright_e2e::{Cluster, PodFate};
 
 mod support;
 use nodewright_operator::JobHook;
-use nodewright_operator::api_metrics::ApiMetrics;
+use nodewright_operator::metrics::api::ApiMetrics;
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
@@ -615,7 +615,7 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
         .get(&first)
         .await
         .expect("the disrupted attempt is kept by the Job");
-    assert!(nodewright_operator::outcome::is_disrupted(&disrupted));
+    assert!(nodewright_operator::jobs::outcome::is_disrupted(&disrupted));
     let state = node_state(&client, &node, &ns).await.expect("node state");
     let r = state.get("dis", "1.0.0").expect("record");
     assert_eq!(

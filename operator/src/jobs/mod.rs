@@ -1,13 +1,20 @@
 //! The Jobs the operator creates: one per package stage per node (DESIGN §4.1) and one merged
 //! interrupt per node (DESIGN §4.2). Pure builders: they take the NodeWright, the package and the
 //! operator configuration and return the `batch/v1` Job to create; nothing here calls the API.
+//! Also pure: the package ConfigMaps the Jobs mount ([`configmaps`]), the hash that makes an
+//! unfinished Job stale ([`drift`]), what a Job says about itself ([`read`]) and the classification
+//! of a finished one ([`outcome`]).
 
 mod annotation;
 mod config;
+pub(crate) mod configmaps;
+pub(crate) mod drift;
 mod error;
 mod interrupt;
+pub mod outcome;
 mod package;
 pub mod pod;
+pub(crate) mod read;
 
 pub use annotation::PackageAnnotation;
 pub use config::{

@@ -25,9 +25,10 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::Stage;
 
 use super::config::JobConfig;
+use super::drift;
 use super::error::JobBuildError;
 use super::pod::{self, Owner};
-use crate::{drift, naming};
+use crate::naming;
 
 /// Everything a package-stage Job is built from.
 #[derive(Debug, Clone, Copy)]

@@ -23,7 +23,7 @@ use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::jobs::RuntimeTaint;
 use crate::naming;
-use crate::node_patch::NodeEdit;
+use crate::node::edit::NodeEdit;
 use crate::writes::Unchanged;
 
 /// The marker value.
@@ -93,7 +93,7 @@ pub async fn taint_new_nodes(
     all: &[NodeWright],
     nodes: &[&Node],
 ) -> Result<usize, ReconcileError> {
-    let taint = &ctx.job_config.runtime_required_taint;
+    let taint = &ctx.config.jobs.runtime_required_taint;
     let mut tainted = 0;
     for cached in nodes.iter().filter(|n| needs_taint(all, n, taint)) {
         let written = ctx

@@ -28,12 +28,12 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde_json::{Map, Value, json};
 use tracing::info;
 
-use super::node_work::parse_state;
-use crate::configmaps;
+use super::configmaps;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::jobs::merge_interrupts;
-use crate::node_patch::NodeEdit;
+use crate::node::edit::NodeEdit;
+use crate::node::state::parse_state;
 use crate::writes::{Unchanged, failed};
 
 /// Keys added or whose value changed, sorted (removed keys are ignored, as upstream).
@@ -145,7 +145,7 @@ pub async fn sync(
     nodes: &[Arc<Node>],
 ) -> Result<bool, ReconcileError> {
     let name = nodewright.name_any();
-    let namespace = ctx.config.namespace.as_str();
+    let namespace = ctx.config.jobs.namespace.as_str();
     let existing = configmaps::list_package_configmaps(&ctx.client, namespace, &name).await?;
     let previous = nodewright
         .status
@@ -164,7 +164,9 @@ pub async fn sync(
     let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
     let mut hold = BTreeSet::new();
     let mut changes: Vec<(String, String)> = Vec::new();
-    for (cm_name, (package, version, data)) in configmaps::wanted_package_configmaps(nodewright) {
+    for (cm_name, (package, version, data)) in
+        crate::jobs::configmaps::wanted_package_configmaps(nodewright)
+    {
         let old = existing
             .iter()
             .find(|c| c.metadata.name.as_deref() == Some(cm_name.as_str()))

@@ -16,8 +16,8 @@ use tracing::info;
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::interrupts;
-use crate::node_patch::NodeEdit;
+use crate::node::cordon;
+use crate::node::edit::NodeEdit;
 use crate::writes::{Unchanged, failed};
 
 /// Whether the NodeWright carries the finalizer.
@@ -58,7 +58,7 @@ fn cleanup_edit(node: &Node, nodewright: &str) -> NodeEdit {
     let mut edit = NodeEdit::default();
     edit.remove_annotation(keys::node_status_key(nodewright));
     edit.remove_label(keys::node_status_key(nodewright));
-    interrupts::uncordon(&mut edit, node, nodewright);
+    cordon::uncordon(&mut edit, node, nodewright);
     edit
 }
 
@@ -74,7 +74,8 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
                 Some(cleanup_edit(node, &name))
             })
             .await?;
-        crate::node_conditions::remove(ctx, &cached, &name).await?;
+        let patch = crate::node::conditions::remove_patch(&cached, &name);
+        ctx.writer.patch_node_conditions(&cached, patch).await?;
     }
     let index = nodewright
         .finalizers()

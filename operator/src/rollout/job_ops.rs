@@ -12,13 +12,13 @@ use serde_json::json;
 use tracing::info;
 
 use crate::context::Context;
-use crate::drift;
 use crate::error::ReconcileError;
-use crate::job_state::{JobIndex, Recorded, is_finished, is_suspended, package_of, recorded};
+use crate::jobs::drift;
+use crate::jobs::read::{JobIndex, Recorded, is_finished, is_suspended, package_of, recorded};
 use crate::writes::failed;
 
 fn api(ctx: &Context) -> Api<Job> {
-    Api::namespaced(ctx.client.clone(), &ctx.config.namespace)
+    Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace)
 }
 
 /// What to do with a Job found under the name of a Job being created (AlreadyExists).
@@ -82,23 +82,11 @@ pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
             if let Some(existing) = existing
                 && on_existing(&existing) == Existing::Replace
             {
-                delete(ctx, &name).await?;
+                ctx.writer.remove_job(&name).await?;
             }
             Ok(())
         }
-        Err(e) => Err(e.context(format!("creating Job {}/{name}", ctx.config.namespace))),
-    }
-}
-
-/// Deletes a Job and its pods (background propagation). Gone already is fine.
-pub async fn delete(ctx: &Context, name: &str) -> Result<(), ReconcileError> {
-    match ctx.writer.delete_job(name).await {
-        Ok(()) => {
-            info!(job = %name, "deleted Job");
-            Ok(())
-        }
-        Err(e) if e.code() == Some(404) => Ok(()),
-        Err(e) => Err(e.context(format!("deleting Job {}/{name}", ctx.config.namespace))),
+        Err(e) => Err(e.context(format!("creating Job {}/{name}", ctx.config.jobs.namespace))),
     }
 }
 
@@ -136,7 +124,10 @@ pub async fn replace_drifted(
     // One hash per package (a serialisation and two digests), not one per Job: a package has a Job
     // per stage per node.
     let mut hashes: BTreeMap<String, String> = BTreeMap::new();
-    for job in jobs.iter().filter(|j| !crate::outcome::is_interrupt_job(j)) {
+    for job in jobs
+        .iter()
+        .filter(|j| !crate::jobs::outcome::is_interrupt_job(j))
+    {
         let finished = is_finished(job);
         let timed_out = recorded(job) == Some(Recorded::TimedOut);
         if finished && !timed_out {
@@ -163,7 +154,7 @@ pub async fn replace_drifted(
                             &nw,
                             &annotation.name,
                             package,
-                            &ctx.job_config,
+                            &ctx.config.jobs,
                         )?;
                         hashes.entry(annotation.name.clone()).or_insert(hash)
                     }
@@ -173,7 +164,7 @@ pub async fn replace_drifted(
         };
         if stale {
             info!(job = %job.name_any(), package = %annotation.name, stage = %annotation.stage, "package changed: replacing its Job");
-            delete(ctx, &job.name_any()).await?;
+            ctx.writer.remove_job(&job.name_any()).await?;
             deleted += 1;
         }
     }

@@ -10,6 +10,8 @@ pub mod batches;
 pub mod budget;
 pub mod compartments;
 pub mod config_updates;
+pub mod configmaps;
+pub mod drain;
 pub mod finalizer;
 pub mod graph;
 pub mod job_ops;
@@ -43,16 +45,16 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
-use crate::interrupts;
-use crate::job_state::JobIndex;
+use crate::jobs::read::JobIndex;
+use crate::metrics::state::{self as state_metrics, Outcome};
 use crate::naming;
-use crate::node_patch::NodeEdit;
-use crate::state_metrics::{self, Outcome};
+use crate::node::edit::NodeEdit;
+use crate::node::{conditions, cordon};
 
-use self::node_work::{parse_state, status_edit};
 use self::pass::{PassDecision, PassInput};
 use self::selection::{NodeSelection, selection_tolerations};
 use self::status::any_erroring;
+use crate::node::state::{parse_state, status_edit};
 use crate::writes::{Unchanged, failed};
 
 /// The annotation value that turns pause or disable on.
@@ -166,7 +168,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     let deleting = nodewright.metadata.deletion_timestamp.is_some();
     // Objects can reach storage without the webhook: apply the same defaults (in memory).
     let mut nw = nodewright.clone();
-    default_nodewright(&mut nw.spec, &ctx.config.defaults);
+    default_nodewright(&mut nw.spec, &ctx.config.jobs.defaults);
     let paused = annotation_on(&nw, keys::PAUSE_ANNOTATION);
     let disabled = annotation_on(&nw, keys::DISABLE_ANNOTATION);
 
@@ -283,7 +285,7 @@ async fn decide_and_act(
     let every_node = ctx.nodes.state();
     let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
     let gates = priority::gates(&nw, &all_nodewrights, &every_node);
-    let tolerations = selection_tolerations(&nw, &ctx.job_config.runtime_required_taint);
+    let tolerations = selection_tolerations(&nw, &ctx.config.jobs.runtime_required_taint);
     let compartments = compartments::compartments(&nw, policy.as_ref(), &node_refs);
     let old_status = nw.status.clone().unwrap_or_default();
     let input = PassInput {
@@ -423,9 +425,8 @@ async fn act_on_nodes(
         };
         let complete = *node_status == Status::Complete;
         let erroring = *node_status == Status::Erroring || any_erroring(input.nodewright, state);
-        if let Err(e) =
-            crate::node_conditions::sync(ctx, &row.node, &name, complete, erroring).await
-        {
+        let patch = conditions::sync_patch(&row.node, &name, complete, erroring, Timestamp::now());
+        if let Err(e) = ctx.writer.patch_node_conditions(&row.node, patch).await {
             first_error.get_or_insert(e);
         }
     }
@@ -500,12 +501,12 @@ async fn mark_node(
             let mut edit = NodeEdit::default();
             status_edit(&mut edit, nodewright, status);
             if complete {
-                interrupts::uncordon(&mut edit, node, nodewright);
+                cordon::uncordon(&mut edit, node, nodewright);
             }
             if lift_runtime_taint {
                 edit.taints = runtime_taint::without_runtime_taint(
                     node,
-                    &ctx.job_config.runtime_required_taint,
+                    &ctx.config.jobs.runtime_required_taint,
                 );
             }
             Some(edit)

@@ -10,22 +10,17 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use tracing::debug;
 
+use super::configmaps;
 use super::graph;
 use super::plan::{Creation, Plan, plan};
 use super::status::{NodeFacts, any_erroring, node_status};
-use crate::configmaps;
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::interrupts;
-use crate::job_state::JobIndex;
+use crate::jobs::read::JobIndex;
 use crate::jobs::{InterruptJobInput, PackageJobInput, build_interrupt_job, build_package_job};
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
-
-/// Adds the node status annotation and label of `nodewright` to `edit`.
-pub fn status_edit(edit: &mut NodeEdit, nodewright: &str, status: Status) {
-    edit.annotate(keys::node_status_key(nodewright), status.as_str());
-    edit.label(keys::node_status_key(nodewright), status.as_str());
-}
+use crate::node::cordon;
+use crate::node::edit::{NodeEdit, NodeWriteError};
+use crate::node::state::{parse_state, status_edit};
 
 /// Reads a node from the API server (not the cache) with its parsed state; `None` when it is gone.
 pub async fn reread(
@@ -38,14 +33,6 @@ pub async fn reread(
         let state = parse_state(&n, nodewright);
         (n, state)
     }))
-}
-
-/// The node's state for `nodewright`: empty when absent, `None` when malformed (never overwritten).
-pub fn parse_state(node: &Node, nodewright: &str) -> Option<NodeState> {
-    match node.annotations().get(&keys::node_state_key(nodewright)) {
-        None => Some(NodeState::default()),
-        Some(text) => NodeState::parse(text).ok(),
-    }
 }
 
 /// What happened on the node.
@@ -126,11 +113,11 @@ pub async fn advance(
         }
         status_edit(&mut edit, &nw, status);
         if complete {
-            interrupts::uncordon(&mut edit, &node, &nw);
-        } else if p.cordon && !interrupts::holds_cordon(&node, &nw) {
-            interrupts::cordon(&mut edit, &nw);
+            cordon::uncordon(&mut edit, &node, &nw);
+        } else if p.cordon && !cordon::holds_cordon(&node, &nw) {
+            cordon::cordon(&mut edit, &nw);
         }
-        match node_patch::apply(&ctx.writer, &node, &edit).await {
+        match ctx.writer.apply_node_edit(&node, &edit).await {
             Ok(Some(updated)) => node = updated,
             Ok(None) => {}
             Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
@@ -241,8 +228,13 @@ async fn execute(
         .iter()
         .any(|c| matches!(c, Creation::Package { .. }))
     {
-        configmaps::apply_node_metadata(&ctx.writer, nodewright, node, &ctx.job_config.agent_image)
-            .await?;
+        configmaps::apply_node_metadata(
+            &ctx.writer,
+            nodewright,
+            node,
+            &ctx.config.jobs.agent_image,
+        )
+        .await?;
     }
     for creation in &p.create {
         let disruptive = matches!(
@@ -254,7 +246,7 @@ async fn execute(
                 }
         );
         if disruptive {
-            if !interrupts::holds_cordon(node, &nw) {
+            if !cordon::holds_cordon(node, &nw) {
                 continue;
             }
             let ready = match drained {
@@ -267,7 +259,7 @@ async fn execute(
                             format!("draining node [{name}] for [nodewright:{nw}]"),
                         )
                         .await;
-                    let d = interrupts::drain(
+                    let d = super::drain::drain(
                         &ctx.client,
                         &ctx.writer,
                         &name,
@@ -296,7 +288,7 @@ async fn execute(
                     stage: *stage,
                     node: &name,
                     node_order,
-                    config: &ctx.job_config,
+                    config: &ctx.config.jobs,
                 })?
             }
             Creation::Interrupt { merged, stage } => {
@@ -311,7 +303,7 @@ async fn execute(
                     stage: *stage,
                     node: &name,
                     node_order,
-                    config: &ctx.job_config,
+                    config: &ctx.config.jobs,
                 })?
             }
         };
@@ -340,7 +332,7 @@ async fn execute(
             .await;
     }
     for job in &p.delete {
-        super::job_ops::delete(ctx, job).await?;
+        ctx.writer.remove_job(job).await?;
     }
     Ok(drained == Some(false))
 }

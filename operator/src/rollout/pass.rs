@@ -18,12 +18,12 @@ use super::batches;
 use super::budget::{Slot, admit};
 use super::compartments::Compartment;
 use super::graph;
-use super::node_work::parse_state;
 use super::plan::{Plan, plan};
 use super::priority::{self, Gate};
 use super::selection::{Blocker, blocker};
 use super::status::{self, NodeFacts, StatusInput, any_erroring, node_status};
-use crate::job_state::JobIndex;
+use crate::jobs::read::JobIndex;
+use crate::node::state::parse_state;
 
 /// What one pass decides from.
 pub struct PassInput<'a> {

@@ -11,7 +11,7 @@ use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
 
 use super::graph;
 use super::stages::{Step, next_step};
-use crate::job_state::{JobIndex, Recorded, is_finished, recorded};
+use crate::jobs::read::{JobIndex, Recorded, is_finished, recorded};
 use crate::jobs::{MergedInterrupt, merge_interrupts};
 use crate::naming;
 

@@ -9,8 +9,8 @@ use nodewright_shared::api::{NodeWright, Sequencing};
 use nodewright_shared::keys;
 
 use super::graph::all_done;
-use super::node_work::parse_state;
 use super::selection::NodeSelection;
+use crate::node::state::parse_state;
 
 /// Whether `other` comes before `this`.
 pub fn precedes(other: &NodeWright, this: &NodeWright) -> bool {

@@ -19,7 +19,7 @@ use tracing::info;
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::node_patch::NodeEdit;
+use crate::node::edit::NodeEdit;
 use crate::writes::{Unchanged, failed};
 
 /// The node's current boot ID, if the kubelet reported one.

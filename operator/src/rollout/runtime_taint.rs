@@ -8,9 +8,9 @@ use kube::ResourceExt;
 use nodewright_shared::api::NodeWright;
 
 use super::graph::all_done;
-use super::node_work::parse_state;
 use super::selection::NodeSelection;
 use crate::jobs::RuntimeTaint;
+use crate::node::state::parse_state;
 
 /// Whether every `runtimeRequired` NodeWright of `all` that targets `node` is complete on it (and at
 /// least one does).

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::config::Problems;
 use crate::naming;
+use crate::runtime::config::Problems;
 use nodewright_certs::rotation::Policy;
 use nodewright_shared::defaults::EnvProblem;
 

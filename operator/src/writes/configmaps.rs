@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
 use super::{WriteError, Writer};
-use crate::configmaps::FIELD_MANAGER;
+use crate::jobs::configmaps::FIELD_MANAGER;
 
 impl Writer {
     fn configmaps(&self) -> Result<Api<ConfigMap>, WriteError> {

@@ -4,7 +4,10 @@
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
+use tracing::info;
+
 use super::{WriteError, Writer};
+use crate::error::ReconcileError;
 
 impl Writer {
     fn jobs(&self) -> Result<Api<Job>, WriteError> {
@@ -22,6 +25,18 @@ impl Writer {
             .delete(name, &DeleteParams::background())
             .await?;
         Ok(())
+    }
+
+    /// Deletes the Job `name` and its pods (background propagation); gone already is fine.
+    pub async fn remove_job(&self, name: &str) -> Result<(), ReconcileError> {
+        match self.delete_job(name).await {
+            Ok(()) => {
+                info!(job = %name, "deleted Job");
+                Ok(())
+            }
+            Err(e) if e.code() == Some(404) => Ok(()),
+            Err(e) => Err(e.context(format!("deleting Job {}/{name}", self.namespace))),
+        }
     }
 
     /// Merge-patches the Job `name`.

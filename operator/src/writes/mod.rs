@@ -4,18 +4,20 @@
 //! then no longer cordon, evict, create Jobs or write ConfigMaps, status or Events until its pass
 //! ends: the gate is checked immediately before each request, not once per pass.
 //!
-//! The Lease itself is written by [`crate::leader`], which is what decides the term, and so is not
-//! gated by it.
+//! The Lease itself ([`LeaseWriter`], used by [`crate::runtime::leader`]) is what decides the term,
+//! and so is not gated by it.
 
 mod certs;
 mod configmaps;
 mod events;
 mod jobs;
+mod lease;
 mod nodes;
 mod nodewrights;
 mod pods;
 
 pub use events::Events;
+pub use lease::LeaseWriter;
 pub use nodes::Unchanged;
 
 use tokio_util::sync::CancellationToken;

@@ -1,5 +1,5 @@
 //! Node writes: annotations, labels, taints and cordon (a JSON Patch carrying a resourceVersion
-//! `test`, built by [`crate::node_patch`]), and node status conditions.
+//! `test`, built by [`crate::node::edit`]), and node status conditions.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -7,7 +7,7 @@ use kube::api::{Api, Patch, PatchParams};
 
 use super::{WriteError, Writer};
 use crate::error::ReconcileError;
-use crate::node_patch::{self, NodeEdit, NodeWriteError};
+use crate::node::edit::{NodeEdit, NodeWriteError, node_patch};
 
 impl Writer {
     /// Applies a JSON Patch to the node `name`.
@@ -22,6 +22,36 @@ impl Writer {
             .await?)
     }
 
+    /// Applies `edit` to `node` (as read) with the resourceVersion precondition. Returns the
+    /// updated node, or `None` when nothing had to change. Callers that re-plan on a conflict use
+    /// this directly; the others use [`Writer::write_node`].
+    pub async fn apply_node_edit(
+        &self,
+        node: &Node,
+        edit: &NodeEdit,
+    ) -> Result<Option<Node>, NodeWriteError> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let Some(resource_version) = node.metadata.resource_version.clone() else {
+            return Err(NodeWriteError::Incomplete {
+                node: name,
+                field: "resourceVersion",
+            });
+        };
+        let Some(patch) = node_patch(node, edit) else {
+            return Ok(None);
+        };
+        match self.patch_node(&name, patch).await {
+            Ok(updated) => Ok(Some(updated)),
+            // 422: the `test` op failed; 409: a concurrent update won inside the apiserver; 404: gone.
+            Err(e) if matches!(e.code(), Some(409 | 422 | 404)) => Err(NodeWriteError::Conflict {
+                node: name,
+                resource_version,
+            }),
+            Err(WriteError::TermEnded) => Err(NodeWriteError::TermEnded { node: name }),
+            Err(WriteError::Api(source)) => Err(NodeWriteError::Api { node: name, source }),
+        }
+    }
+
     /// Strategic-merge-patches the node's status (its conditions).
     pub async fn patch_node_status(
         &self,
@@ -32,6 +62,27 @@ impl Writer {
         Ok(Api::<Node>::all(client.clone())
             .patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
             .await?)
+    }
+}
+
+impl Writer {
+    /// Writes a node-conditions status patch built by [`crate::node::conditions`] (`None`: the
+    /// conditions already say so, nothing is sent).
+    pub async fn patch_node_conditions(
+        &self,
+        node: &Node,
+        patch: Option<serde_json::Value>,
+    ) -> Result<(), ReconcileError> {
+        let Some(body) = patch else {
+            return Ok(());
+        };
+        let name = node.name_any();
+        self.patch_node_status(&name, body)
+            .await
+            .map_err(super::failed(format!(
+                "writing the conditions of node {name}"
+            )))?;
+        Ok(())
     }
 }
 
@@ -85,7 +136,7 @@ impl Writer {
                 (current, fresh) = (read, true);
                 continue;
             };
-            match node_patch::apply(self, &current, &change).await {
+            match self.apply_node_edit(&current, &change).await {
                 Ok(written) => return Ok(written),
                 Err(NodeWriteError::Conflict { .. }) => {
                     let Some(read) = self.read_node(&name).await? else {

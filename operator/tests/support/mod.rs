@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
-use nodewright_operator::config::OperatorConfig;
-use nodewright_operator::state_metrics::StateMetrics;
+use nodewright_operator::metrics::state::StateMetrics;
+use nodewright_operator::runtime::config::OperatorConfig;
 use nodewright_operator::{JobHook, RunOptions};
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Status};
 use nodewright_shared::keys;
@@ -101,7 +101,7 @@ pub fn spawn_operator(
     let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
         .expect("valid operator configuration");
     // Operator logs go to the test's output (shown for a failing test).
-    nodewright_operator::telemetry::init(&config);
+    nodewright_operator::runtime::telemetry::init(&config);
     let options = RunOptions {
         nodewright_selector: Some(selector),
         job_hook: hook,

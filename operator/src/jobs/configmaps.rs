@@ -1,21 +1,20 @@
 //! The ConfigMaps package Jobs mount (upstream-operator.md §3.3): one per package with `configMap`
 //! files, and one node-metadata ConfigMap per (NodeWright, node) with the node's labels, annotations
 //! and the package list, which the agent reads. Both are owned by the NodeWright (garbage-collected
-//! with it) and written with server-side apply, so a write is idempotent and one call.
+//! with it) and written with server-side apply, so a write is idempotent and one call. Pure builders: the
+//! rollout writes them ([`crate::rollout::configmaps`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde_json::{Map, Value, json};
 
 use crate::error::ReconcileError;
 use crate::naming;
-use crate::writes::{Writer, failed};
 
 /// Field manager of every server-side apply of the operator.
 pub const FIELD_MANAGER: &str = "nodewright-operator";
@@ -52,97 +51,6 @@ pub fn wanted_package_configmaps(
         .collect()
 }
 
-/// The package ConfigMaps of the NodeWright: labelled with its name, not node-metadata ones (one
-/// per node: listing those on every pass would cost a fleet-sized payload for nothing).
-pub async fn list_package_configmaps(
-    client: &kube::Client,
-    namespace: &str,
-    nodewright: &str,
-) -> Result<Vec<ConfigMap>, ReconcileError> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    Ok(api
-        .list(&ListParams::default().labels(&format!(
-            "{}={},!{NODE_META_LABEL}",
-            keys::NAME_LABEL,
-            naming::label_value(nodewright)
-        )))
-        .await
-        .map_err(ReconcileError::api(format!(
-            "listing the ConfigMaps of NodeWright {nodewright}"
-        )))?
-        .items)
-}
-
-/// Creates or updates every package ConfigMap of the NodeWright (`existing`: as listed by
-/// [`list_package_configmaps`]), except those named in `hold` (a config change that must wait), and deletes the
-/// ones no package needs any more (an old version after an upgrade). Returns the names of the
-/// ConfigMaps whose content changed.
-pub async fn sync_package_configmaps(
-    writer: &Writer,
-    nodewright: &NodeWright,
-    existing: &[ConfigMap],
-    hold: &std::collections::BTreeSet<String>,
-) -> Result<Vec<String>, ReconcileError> {
-    let name = nodewright.name_any();
-    let namespace = writer.namespace();
-    let wanted = wanted_package_configmaps(nodewright);
-    let mut changed = Vec::new();
-    for (cm_name, (package, version, data)) in &wanted {
-        if hold.contains(cm_name) {
-            continue;
-        }
-        let current = existing
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(cm_name.as_str()));
-        if current.and_then(|c| c.data.as_ref()) == Some(data) {
-            continue;
-        }
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(cm_name.clone()),
-                namespace: Some(namespace.to_owned()),
-                labels: Some(BTreeMap::from([(
-                    keys::NAME_LABEL.to_owned(),
-                    naming::label_value(&name),
-                )])),
-                annotations: Some(BTreeMap::from([
-                    (keys::NAME_LABEL.to_owned(), name.clone()),
-                    (format!("{}Package.Name", keys::PREFIX), package.clone()),
-                    (format!("{}Package.Version", keys::PREFIX), version.clone()),
-                ])),
-                owner_references: owner(nodewright).map(|o| vec![o]),
-                ..ObjectMeta::default()
-            },
-            data: Some(data.clone()),
-            ..ConfigMap::default()
-        };
-        writer
-            .apply_configmap(cm_name, &cm)
-            .await
-            .map_err(failed(format!(
-                "applying ConfigMap {namespace}/{cm_name} of NodeWright {name}"
-            )))?;
-        if current.is_some() {
-            changed.push(cm_name.clone());
-        }
-    }
-    for cm in existing {
-        let cm_name = cm.name_any();
-        if !wanted.contains_key(&cm_name) {
-            match writer.delete_configmap(&cm_name).await {
-                Ok(()) => {}
-                Err(e) if e.code() == Some(404) => {}
-                Err(e) => {
-                    return Err(
-                        e.context(format!("deleting stale ConfigMap {namespace}/{cm_name}"))
-                    );
-                }
-            }
-        }
-    }
-    Ok(changed)
-}
-
 /// `packages.json` of the node-metadata ConfigMap (agent contract): the agent version (text after the
 /// last `:` of the agent image, upstream's rule) and every package's identity and interrupts.
 pub fn packages_json(
@@ -176,13 +84,49 @@ pub fn packages_json(
     serde_json::to_string(&json!({"agentVersion": agent_version, "packages": packages}))
 }
 
-/// Applies the node-metadata ConfigMap of `node` (before a Job that mounts it is created).
-pub async fn apply_node_metadata(
-    writer: &Writer,
+/// The package ConfigMap `cm_name` of `package` at `version` with `data` (labelled with the
+/// NodeWright's name, owned by it).
+pub fn package_configmap(
+    nodewright: &NodeWright,
+    namespace: &str,
+    cm_name: &str,
+    package: &str,
+    version: &str,
+    data: &BTreeMap<String, String>,
+) -> ConfigMap {
+    let name = nodewright.name_any();
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(cm_name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                keys::NAME_LABEL.to_owned(),
+                naming::label_value(&name),
+            )])),
+            annotations: Some(BTreeMap::from([
+                (keys::NAME_LABEL.to_owned(), name.clone()),
+                (format!("{}Package.Name", keys::PREFIX), package.to_owned()),
+                (
+                    format!("{}Package.Version", keys::PREFIX),
+                    version.to_owned(),
+                ),
+            ])),
+            owner_references: owner(nodewright).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        data: Some(data.clone()),
+        ..ConfigMap::default()
+    }
+}
+
+/// The node-metadata ConfigMap of `node` for `nodewright`: the node's labels and annotations and
+/// `packages.json`. Returns its name and content.
+pub fn node_metadata_configmap(
     nodewright: &NodeWright,
     node: &Node,
+    namespace: &str,
     agent_image: &str,
-) -> Result<(), ReconcileError> {
+) -> Result<(String, ConfigMap), ReconcileError> {
     let name = nodewright.name_any();
     let node_name = node.name_any();
     let cm_name = naming::node_metadata_configmap_name(&name, &node_name);
@@ -207,7 +151,7 @@ pub async fn apply_node_metadata(
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(cm_name.clone()),
-            namespace: Some(writer.namespace().to_owned()),
+            namespace: Some(namespace.to_owned()),
             labels: Some(BTreeMap::from([
                 (keys::NAME_LABEL.to_owned(), naming::label_value(&name)),
                 (NODE_META_LABEL.to_owned(), naming::label_value(&name)),
@@ -222,12 +166,5 @@ pub async fn apply_node_metadata(
         data: Some(data),
         ..ConfigMap::default()
     };
-    writer
-        .apply_configmap(&cm_name, &cm)
-        .await
-        .map_err(failed(format!(
-            "applying ConfigMap {}/{cm_name}",
-            writer.namespace()
-        )))?;
-    Ok(())
+    Ok((cm_name, cm))
 }

@@ -1,16 +1,19 @@
 //! The operator's Prometheus registry (metric names `nodewright_*`, DESIGN §10). Built mutable at
 //! startup so each reconciler registers its own metrics, then shared read-only with the admin
 //! server that encodes it on every scrape. The NodeWright gauges and reconcile counters live in
-//! [`crate::state_metrics`].
+//! [`crate::metrics::state`].
+
+pub mod api;
+pub mod state;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::api_metrics::ApiMetrics;
-use crate::state_metrics::StateMetrics;
+use crate::metrics::api::ApiMetrics;
+use crate::metrics::state::StateMetrics;
 
-/// The metrics of the leader election, updated by [`crate::leader::Elector::with_metrics`].
+/// The metrics of the leader election, updated by [`crate::runtime::leader::Elector::with_metrics`].
 #[derive(Debug, Clone, Default)]
 pub struct LeaderMetrics {
     /// `nodewright_operator_is_leader`: 1 while this replica leads, else 0. Alert when the sum over
@@ -61,12 +64,12 @@ impl Metrics {
         }
     }
 
-    /// Handles on the NodeWright gauges and reconcile counters ([`crate::state_metrics`]).
+    /// Handles on the NodeWright gauges and reconcile counters ([`crate::metrics::state`]).
     pub fn state(&self) -> StateMetrics {
         self.state.clone()
     }
 
-    /// The client's request counter ([`crate::api_metrics`]).
+    /// The client's request counter ([`crate::metrics::api`]).
     pub fn api(&self) -> ApiMetrics {
         self.api.clone()
     }

@@ -88,7 +88,7 @@ mod tests {
         );
         job_for_outcomes(&mut job);
         assert!(job.metadata.managed_fields.is_none());
-        assert_eq!(crate::job_state::node_of(&job), Some("n1"));
+        assert_eq!(crate::jobs::read::node_of(&job), Some("n1"));
         assert_eq!(job.spec.as_ref().and_then(|s| s.backoff_limit), Some(3));
         assert_eq!(job.status.as_ref().and_then(|s| s.failed), Some(1));
         assert!(

@@ -94,8 +94,9 @@ pub struct JobIndex {
 }
 
 impl JobIndex {
-    /// Indexes a NodeWright's own `jobs` by name; only they count as busy nodes. See
-    /// [`JobIndex::with_fleet`] for the rollout's index.
+    /// Indexes a NodeWright's own `jobs` by name; only they count as busy nodes (tests of one
+    /// NodeWright). The rollout's index is [`JobIndex::with_fleet`].
+    #[cfg(test)]
     pub fn new<J: Into<Arc<Job>>>(jobs: impl IntoIterator<Item = J>) -> Self {
         let jobs: Vec<Arc<Job>> = jobs.into_iter().map(Into::into).collect();
         let busy_nodes = busy_nodes(&jobs);
@@ -139,7 +140,7 @@ fn by_name(jobs: impl IntoIterator<Item = Arc<Job>>) -> BTreeMap<String, Arc<Job
 
 fn busy_nodes(jobs: &[Arc<Job>]) -> BTreeSet<String> {
     jobs.iter()
-        .filter(|j| !crate::outcome::is_interrupt_job(j) && !is_finished(j))
+        .filter(|j| !crate::jobs::outcome::is_interrupt_job(j) && !is_finished(j))
         .filter_map(|j| node_of(j).map(str::to_owned))
         .collect()
 }

@@ -19,7 +19,7 @@ use tracing::{debug, info};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::outcome::{
+use crate::jobs::outcome::{
     CONTAINER_STATUS_UNKNOWN, is_disrupted, is_genuine_failure, terminated_with_failure,
 };
 use crate::writes::failed;
@@ -191,7 +191,7 @@ pub async fn write_last_logs(
         return Ok(());
     }
     let job_name = job.name_any();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace);
     let text = match stuck_container(pods) {
         None => return Ok(()),
         Some(Stuck::NeverStarted {

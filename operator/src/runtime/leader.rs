@@ -28,7 +28,9 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
+
+use crate::writes::LeaseWriter;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -250,7 +252,7 @@ enum Step {
 
 /// Runs the election for one replica. Build with [`Elector::new`], then spawn [`Elector::run`].
 pub struct Elector {
-    api: Api<Lease>,
+    lease: LeaseWriter,
     config: LeaseConfig,
     lease_ref: String,
     leader_tx: watch::Sender<bool>,
@@ -336,7 +338,7 @@ impl Elector {
             transitions: transitions.clone(),
         };
         let elector = Elector {
-            api: Api::namespaced(client, &config.namespace),
+            lease: LeaseWriter::new(client, &config.namespace, &config.name),
             config,
             lease_ref,
             leader_tx,
@@ -429,8 +431,8 @@ impl Elector {
     ) -> Result<Step, LeaderError> {
         let now = Timestamp::now();
         let current = self
-            .api
-            .get_opt(&self.config.name)
+            .lease
+            .get()
             .await
             .map_err(|source| self.api_error("read", source))?;
         let version = current
@@ -460,10 +462,7 @@ impl Elector {
             }
             Decision::Create => {
                 let lease = claim(None, &decision, &self.config, now);
-                (
-                    self.api.create(&PostParams::default(), &lease).await,
-                    "create",
-                )
+                (self.lease.create(&lease).await, "create")
             }
             Decision::Acquire { .. } | Decision::Renew => {
                 if let Decision::Acquire { previous } = &decision {
@@ -474,10 +473,7 @@ impl Elector {
                 }
                 let lease = claim(current, &decision, &self.config, now);
                 let pp = PostParams::default();
-                (
-                    self.api.replace(&self.config.name, &pp, &lease).await,
-                    "update",
-                )
+                (self.lease.replace(&lease, &pp).await, "update")
             }
         };
         match written {
@@ -524,8 +520,8 @@ impl Elector {
     async fn release(&self) {
         let attempt = async {
             let Some(mut lease) = self
-                .api
-                .get_opt(&self.config.name)
+                .lease
+                .get()
                 .await
                 .map_err(|source| self.api_error("read", source))?
             else {
@@ -542,8 +538,8 @@ impl Elector {
             spec.acquire_time = None;
             spec.renew_time = Some(MicroTime(past));
             spec.lease_duration_seconds = Some(1);
-            self.api
-                .replace(&self.config.name, &PostParams::default(), &lease)
+            self.lease
+                .replace(&lease, &PostParams::default())
                 .await
                 .map_err(|source| self.api_error("release", source))?;
             Ok::<_, LeaderError>(true)

@@ -7,11 +7,13 @@
 //!   attempt kept); only admission rejections ⇒ processed, the Job is deleted and the stage reruns.
 //!   Then `nodewright.nvidia.com/state-recorded` and the TTL go on the Job, and only from then on may
 //!   anything delete it.
-//! - Evidence: a timed-out or stuck Job gets the `last-logs` annotation ([`crate::evidence`]).
-//! - Disrupted pods are ignored everywhere (the one predicate of [`crate::outcome`]).
+//! - Evidence: a timed-out or stuck Job gets the `last-logs` annotation ([`crate::outcomes::evidence`]).
+//! - Disrupted pods are ignored everywhere (the one predicate of [`crate::jobs::outcome`]).
 //!
 //! Every node write re-reads the node and carries the resourceVersion precondition; a record is only
 //! written over the same stage it describes (a late or repeated event can never move a package back).
+
+pub(crate) mod evidence;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,15 +31,15 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::job_state::{Recorded, node_of, package_of, recorded};
 use crate::jobs::PackageAnnotation;
-use crate::node_patch::NodeEdit;
-use crate::outcome::{
+use crate::jobs::outcome::{
     JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, evidence_to_prune,
     is_interrupt_job, timeout_cause,
 };
-use crate::rollout::node_work::parse_state;
-use crate::state_metrics::Outcome;
+use crate::jobs::read::{Recorded, node_of, package_of, recorded};
+use crate::metrics::state::Outcome;
+use crate::node::edit::NodeEdit;
+use crate::node::state::parse_state;
 use crate::writes::{Unchanged, WriteError, failed};
 
 /// How long a Job may sit at `FailureTarget` before it is looked at again.
@@ -195,7 +197,7 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     };
     let name = job.name_any();
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace);
     // A running Job's pods come from the watch-fed store (no API call per pod event). Any decision
     // beyond "still running" (Complete, Failed, FailureTarget...) is taken from a live list instead,
     // once per Job: the store may not have seen the last pod update yet, and an outcome classified
@@ -234,7 +236,7 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
     match outcome {
         JobOutcome::Running => {
             // A suspended (paused) Job's pods are killed by the suspension, not by the package.
-            let failed = if crate::job_state::is_suspended(job) {
+            let failed = if crate::jobs::read::is_suspended(job) {
                 0
             } else {
                 attempts(&pods)
@@ -250,7 +252,7 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
                 ctx,
                 &name,
                 Recorded::Complete,
-                ctx.config.defaults.ttl_succeeded_seconds(),
+                ctx.config.jobs.defaults.ttl_succeeded_seconds(),
             )
             .await?;
             Ok(Action::await_change())
@@ -277,13 +279,13 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
                 }
             }
             // Before the mark: once recorded, the Job is not reconciled again.
-            crate::evidence::write_last_logs(ctx, job, &pods, false).await?;
+            crate::outcomes::evidence::write_last_logs(ctx, job, &pods, false).await?;
             announce_timeout(ctx, job, &pods, node, &annotation).await;
             mark(
                 ctx,
                 &name,
                 Recorded::TimedOut,
-                ctx.config.defaults.ttl_failed_seconds(),
+                ctx.config.jobs.defaults.ttl_failed_seconds(),
             )
             .await?;
             info!(node, package = %annotation.name, stage = %annotation.stage, "stage timed out; Job kept as evidence");
@@ -294,15 +296,15 @@ async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileEr
                 ctx,
                 &name,
                 Recorded::Rejected,
-                ctx.config.defaults.ttl_failed_seconds(),
+                ctx.config.jobs.defaults.ttl_failed_seconds(),
             )
             .await?;
-            crate::rollout::job_ops::delete(ctx, &name).await?;
+            ctx.writer.remove_job(&name).await?;
             info!(node, package = %annotation.name, stage = %annotation.stage, "attempts only rejected at admission; the stage runs again");
             Ok(Action::await_change())
         }
         JobOutcome::Stuck => {
-            crate::evidence::write_last_logs(ctx, job, &pods, true).await?;
+            crate::outcomes::evidence::write_last_logs(ctx, job, &pods, true).await?;
             if stuck_for(job).is_some_and(|d| d > STUCK_BOUND) {
                 let failed = attempts(&pods).max(1);
                 record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;
@@ -343,7 +345,7 @@ async fn announce_timeout(
         annotation.version,
         annotation.stage,
         timeout_cause(job, pods),
-        ctx.config.namespace,
+        ctx.config.jobs.namespace,
         job.name_any(),
     );
     if let Some(nodewright) = ctx.nodewrights.get(&ObjectRef::new(&annotation.nodewright)) {

@@ -3,7 +3,7 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogFormat, OperatorConfig};
+use crate::runtime::config::{LogFormat, OperatorConfig};
 
 /// Installs the global subscriber. Safe to call once per process; a second call is ignored.
 pub fn init(config: &OperatorConfig) {

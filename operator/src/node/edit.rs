@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::writes::{WriteError, Writer};
 use serde_json::{Value, json};
 
 /// The changes to make to one node; `None` values remove the key.
@@ -174,35 +173,6 @@ pub fn node_patch(node: &Node, edit: &NodeEdit) -> Option<json_patch::Patch> {
     );
     // Every operation above is well-formed by construction (paths are escaped pointers).
     serde_json::from_value(Value::Array(ops)).ok()
-}
-
-/// Applies `edit` to `node` (as read) with the resourceVersion precondition. Returns the updated node,
-/// or `None` when nothing had to change.
-pub async fn apply(
-    writer: &Writer,
-    node: &Node,
-    edit: &NodeEdit,
-) -> Result<Option<Node>, NodeWriteError> {
-    let name = node.metadata.name.clone().unwrap_or_default();
-    let Some(resource_version) = node.metadata.resource_version.clone() else {
-        return Err(NodeWriteError::Incomplete {
-            node: name,
-            field: "resourceVersion",
-        });
-    };
-    let Some(patch) = node_patch(node, edit) else {
-        return Ok(None);
-    };
-    match writer.patch_node(&name, patch).await {
-        Ok(updated) => Ok(Some(updated)),
-        // 422: the `test` op failed; 409: a concurrent update won inside the apiserver; 404: gone.
-        Err(e) if matches!(e.code(), Some(409 | 422 | 404)) => Err(NodeWriteError::Conflict {
-            node: name,
-            resource_version,
-        }),
-        Err(WriteError::TermEnded) => Err(NodeWriteError::TermEnded { node: name }),
-        Err(WriteError::Api(source)) => Err(NodeWriteError::Api { node: name, source }),
-    }
 }
 
 #[cfg(test)]

@@ -13,13 +13,8 @@
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use nodewright_shared::keys::GROUP;
 use serde_json::{Value, json};
-
-use crate::context::Context;
-use crate::error::ReconcileError;
-use crate::writes::failed;
 
 /// `nodewright.nvidia.com/<nw>/NotReady`.
 pub fn not_ready_type(nodewright: &str) -> String {
@@ -83,28 +78,30 @@ pub fn changed<'a>(node: &Node, desired: &'a [NodeCondition]) -> Vec<&'a NodeCon
         .collect()
 }
 
-/// Writes the node's conditions for this NodeWright when they changed. One status patch at most.
-pub async fn sync(
-    ctx: &Context,
+/// The status patch that brings the node's conditions for this NodeWright to `complete` and
+/// `erroring`; `None` when they already say so (one status patch at most, only on a change).
+pub fn sync_patch(
     node: &Node,
     nodewright: &str,
     complete: bool,
     erroring: bool,
-) -> Result<(), ReconcileError> {
-    let want = desired(nodewright, complete, erroring, Timestamp::now());
+    now: Timestamp,
+) -> Option<Value> {
+    let want = desired(nodewright, complete, erroring, now);
     let changed = changed(node, &want);
     if changed.is_empty() {
-        return Ok(());
+        return None;
     }
     let conditions: Vec<Value> = changed
         .into_iter()
         .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
         .collect();
-    patch(ctx, node, json!({ "status": { "conditions": conditions } })).await
+    Some(json!({ "status": { "conditions": conditions } }))
 }
 
-/// Removes both conditions (NodeWright deletion).
-pub async fn remove(ctx: &Context, node: &Node, nodewright: &str) -> Result<(), ReconcileError> {
+/// The status patch that removes both conditions (NodeWright deletion); `None` when neither is
+/// there.
+pub fn remove_patch(node: &Node, nodewright: &str) -> Option<Value> {
     let types = [not_ready_type(nodewright), erroring_type(nodewright)];
     let present = node
         .status
@@ -114,24 +111,13 @@ pub async fn remove(ctx: &Context, node: &Node, nodewright: &str) -> Result<(), 
         .iter()
         .any(|c| types.contains(&c.type_));
     if !present {
-        return Ok(());
+        return None;
     }
     let deletions: Vec<Value> = types
         .iter()
         .map(|t| json!({ "type": t, "$patch": "delete" }))
         .collect();
-    patch(ctx, node, json!({ "status": { "conditions": deletions } })).await
-}
-
-async fn patch(ctx: &Context, node: &Node, body: Value) -> Result<(), ReconcileError> {
-    let name = node.name_any();
-    ctx.writer
-        .patch_node_status(&name, body)
-        .await
-        .map_err(failed(format!(
-            "writing the NodeWright conditions of node {name}"
-        )))?;
-    Ok(())
+    Some(json!({ "status": { "conditions": deletions } }))
 }
 
 #[cfg(test)]

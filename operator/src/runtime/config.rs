@@ -17,8 +17,8 @@ use crate::jobs::{
     DEFAULT_AGENT_IMAGE, DEFAULT_AGENT_LOG_ROOT, DEFAULT_COPY_DIR_ROOT, DEFAULT_PAUSE_IMAGE,
     DEFAULT_RUNTIME_REQUIRED_TAINT, JobConfig, RuntimeTaint,
 };
-use crate::leader::{LeaseConfig, LeaseTimings};
 use crate::naming::{is_dns_label, is_dns_subdomain};
+use crate::runtime::leader::{LeaseConfig, LeaseTimings};
 
 /// Namespace of Jobs, ConfigMaps and the Lease.
 pub const ENV_NAMESPACE: &str = "NAMESPACE";
@@ -90,20 +90,11 @@ pub enum LogFormat {
 /// The validated configuration of the operator process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorConfig {
-    /// `NAMESPACE`: Jobs, ConfigMaps and the Lease live here.
-    pub namespace: String,
-    /// `AGENT_IMAGE`.
-    pub agent_image: String,
-    /// `PAUSE_IMAGE`.
-    pub pause_image: String,
-    /// `COPY_DIR_ROOT`.
-    pub copy_dir_root: String,
-    /// `AGENT_LOG_ROOT`.
-    pub agent_log_root: String,
-    /// `IMAGE_PULL_SECRET`, when set.
-    pub image_pull_secret: Option<String>,
-    /// `RUNTIME_REQUIRED_TAINT`.
-    pub runtime_required_taint: RuntimeTaint,
+    /// What the Job builders read: `NAMESPACE` (Jobs, ConfigMaps and the Lease live there),
+    /// `AGENT_IMAGE`, `PAUSE_IMAGE`, `COPY_DIR_ROOT`, `AGENT_LOG_ROOT`, `IMAGE_PULL_SECRET`,
+    /// `RUNTIME_REQUIRED_TAINT` and the `JOB_*` defaults shared with the webhook. Nested, not
+    /// copied, so the builders and the reconcilers read the same values.
+    pub jobs: JobConfig,
     /// `DEFAULT_INTERVAL`: requeue-after of a reconcile with nothing to do.
     pub default_interval: Duration,
     /// `REAPPLY_ON_REBOOT`.
@@ -120,8 +111,6 @@ pub struct OperatorConfig {
     pub log_format: LogFormat,
     /// `LOG_LEVEL`, already known to parse as an `EnvFilter`.
     pub log_level: String,
-    /// `JOB_*` settings shared with the webhook.
-    pub defaults: OperatorDefaults,
 }
 
 /// Everything wrong with the environment, in variable order (shared defaults first).
@@ -398,13 +387,16 @@ impl OperatorConfig {
                     identity,
                     timings,
                 },
-                namespace,
-                agent_image,
-                pause_image,
-                copy_dir_root,
-                agent_log_root,
-                image_pull_secret,
-                runtime_required_taint,
+                jobs: JobConfig {
+                    namespace,
+                    agent_image,
+                    pause_image,
+                    copy_dir_root,
+                    agent_log_root,
+                    image_pull_secret,
+                    runtime_required_taint,
+                    defaults,
+                },
                 default_interval,
                 reapply_on_reboot,
                 leader_election,
@@ -412,23 +404,8 @@ impl OperatorConfig {
                 probe_listen,
                 log_format,
                 log_level,
-                defaults,
             }),
             _ => Err(ConfigError { problems: p.0 }),
-        }
-    }
-
-    /// What the Job builders need, so they never read the environment themselves.
-    pub fn job_config(&self) -> JobConfig {
-        JobConfig {
-            namespace: self.namespace.clone(),
-            agent_image: self.agent_image.clone(),
-            pause_image: self.pause_image.clone(),
-            copy_dir_root: self.copy_dir_root.clone(),
-            agent_log_root: self.agent_log_root.clone(),
-            image_pull_secret: self.image_pull_secret.clone(),
-            runtime_required_taint: self.runtime_required_taint.clone(),
-            defaults: self.defaults.clone(),
         }
     }
 }
@@ -648,14 +625,14 @@ mod tests {
     #[test]
     fn unset_environment_gives_documented_defaults() {
         let c = env(&[]).expect("defaults");
-        assert_eq!(c.namespace, "nodewright");
-        assert_eq!(c.agent_image, "ghcr.io/nvidia/skyhook/agent:latest");
-        assert_eq!(c.pause_image, "registry.k8s.io/pause:3.10");
-        assert_eq!(c.copy_dir_root, "/var/lib/skyhook");
-        assert_eq!(c.agent_log_root, "/var/log/skyhook");
-        assert_eq!(c.image_pull_secret, None);
+        assert_eq!(c.jobs.namespace, "nodewright");
+        assert_eq!(c.jobs.agent_image, "ghcr.io/nvidia/skyhook/agent:latest");
+        assert_eq!(c.jobs.pause_image, "registry.k8s.io/pause:3.10");
+        assert_eq!(c.jobs.copy_dir_root, "/var/lib/skyhook");
+        assert_eq!(c.jobs.agent_log_root, "/var/log/skyhook");
+        assert_eq!(c.jobs.image_pull_secret, None);
         assert_eq!(
-            c.runtime_required_taint.to_string(),
+            c.jobs.runtime_required_taint.to_string(),
             "nodewright.nvidia.com=runtime-required:NoSchedule"
         );
         assert_eq!(c.default_interval, Duration::from_secs(600));
@@ -677,7 +654,7 @@ mod tests {
         assert_eq!(c.probe_listen, "0.0.0.0:8081".parse().expect("addr"));
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.log_level, "info");
-        assert_eq!(c.defaults, OperatorDefaults::default());
+        assert_eq!(c.jobs.defaults, OperatorDefaults::default());
     }
 
     #[test]
@@ -689,23 +666,26 @@ mod tests {
             ("JOB_BACKOFF_LIMIT", "5"),
         ])
         .expect("valid");
-        let j = c.job_config();
+        let j = &c.jobs;
         assert_eq!(j.namespace, "ops");
         assert_eq!(j.agent_image, "example.com/agent:6.2.0");
         assert_eq!(j.pause_image, DEFAULT_PAUSE_IMAGE);
         assert_eq!(j.copy_dir_root, DEFAULT_COPY_DIR_ROOT);
         assert_eq!(j.agent_log_root, DEFAULT_AGENT_LOG_ROOT);
         assert_eq!(j.image_pull_secret.as_deref(), Some("pull"));
-        assert_eq!(j.runtime_required_taint, c.runtime_required_taint);
+        assert_eq!(
+            j.runtime_required_taint.to_string(),
+            DEFAULT_RUNTIME_REQUIRED_TAINT
+        );
         assert_eq!(j.defaults.backoff_limit, 5);
         assert_eq!(c.lease.namespace, "ops", "the Lease lives in NAMESPACE");
     }
 
     #[test]
     fn namespace() {
-        assert_eq!(accepts("NAMESPACE", " ops-1 ").namespace, "ops-1");
+        assert_eq!(accepts("NAMESPACE", " ops-1 ").jobs.namespace, "ops-1");
         assert_eq!(
-            accepts("NAMESPACE", "").namespace,
+            accepts("NAMESPACE", "").jobs.namespace,
             "nodewright",
             "empty ⇒ default"
         );
@@ -730,9 +710,9 @@ mod tests {
             ] {
                 let c = accepts(var, good);
                 let got = if var == "AGENT_IMAGE" {
-                    c.agent_image
+                    c.jobs.agent_image
                 } else {
-                    c.pause_image
+                    c.jobs.pause_image
                 };
                 assert_eq!(got, good);
             }
@@ -759,9 +739,9 @@ mod tests {
         for var in ["COPY_DIR_ROOT", "AGENT_LOG_ROOT"] {
             let c = accepts(var, "/opt/nodewright");
             let got = if var == "COPY_DIR_ROOT" {
-                c.copy_dir_root
+                c.jobs.copy_dir_root
             } else {
-                c.agent_log_root
+                c.jobs.agent_log_root
             };
             assert_eq!(got, "/opt/nodewright");
             for bad in ["var/lib/x", "./x", "/var/../etc", "~/x"] {
@@ -772,9 +752,13 @@ mod tests {
 
     #[test]
     fn image_pull_secret() {
-        assert_eq!(accepts("IMAGE_PULL_SECRET", "").image_pull_secret, None);
+        assert_eq!(
+            accepts("IMAGE_PULL_SECRET", "").jobs.image_pull_secret,
+            None
+        );
         assert_eq!(
             accepts("IMAGE_PULL_SECRET", "regcred.team-a")
+                .jobs
                 .image_pull_secret
                 .as_deref(),
             Some("regcred.team-a")
@@ -790,14 +774,16 @@ mod tests {
 
     #[test]
     fn runtime_required_taint() {
-        let t =
-            accepts("RUNTIME_REQUIRED_TAINT", "example.com/wait:NoExecute").runtime_required_taint;
+        let t = accepts("RUNTIME_REQUIRED_TAINT", "example.com/wait:NoExecute")
+            .jobs
+            .runtime_required_taint;
         assert_eq!(
             (t.key.as_str(), t.value, t.effect.as_str()),
             ("example.com/wait", None, "NoExecute")
         );
         assert_eq!(
             accepts("RUNTIME_REQUIRED_TAINT", "k=v:PreferNoSchedule")
+                .jobs
                 .runtime_required_taint
                 .to_string(),
             "k=v:PreferNoSchedule"

@@ -1,0 +1,9 @@
+//! The process around the reconcilers: its configuration, leader election, the admin server
+//! (health, readiness, metrics), telemetry, and the caches every replica keeps warm.
+
+pub mod admin;
+pub(crate) mod cache_trim;
+pub mod config;
+pub mod leader;
+pub(crate) mod nodes;
+pub mod telemetry;
