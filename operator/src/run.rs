@@ -21,6 +21,7 @@ use crate::context::{Context, RunOptions};
 use crate::metrics::LeaderMetrics;
 use crate::metrics::state::StateMetrics;
 use crate::runtime::config::OperatorConfig;
+use crate::runtime::job_feed::job_feed;
 use crate::runtime::leader::{Elector, LeaderError, LeaderHandle};
 use crate::runtime::{cache_trim, nodes};
 use crate::{outcomes, rollout};
@@ -262,17 +263,9 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
 
-    // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
-    // owner with the Job's namespace and never find it.)
-    // The rollout's Job watch also feeds the Job store its passes read (events reach the store
-    // before they trigger a pass).
-    let job_events = reflector(
-        writers.jobs,
-        watcher(jobs.clone(), owned.clone())
-            .default_backoff()
-            .modify(cache_trim::job_for_rollout),
-    )
-    .touched_objects();
+    // One Job watch for both controllers: it feeds the store their passes read (events reach the
+    // store before they trigger a pass) and triggers both.
+    let feed = job_feed(jobs, owned.clone(), writers.jobs, ctx.jobs.clone());
     let nodewright_events = reflector(
         writers.nodewrights,
         watcher(Api::<NodeWright>::all(client.clone()), nodewrights).default_backoff(),
@@ -293,8 +286,10 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     )
     .touched_objects();
     let nodewright_store = ctx.nodewrights.clone();
+    // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
+    // owner with the Job's namespace and never find it.)
     let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
-        .watches_stream(job_events, |job: Job| {
+        .watches_stream(feed.rollout, |job: Job| {
             job.metadata
                 .owner_references
                 .into_iter()
@@ -330,17 +325,7 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             .modify(cache_trim::pod),
     )
     .applied_objects();
-    // The outcome controller's own Job watch and store (its triggers and the objects it reads must
-    // come from one watch), trimmed like the others.
-    let (outcome_jobs, outcome_job_writer) = reflector::store::<Job>();
-    let outcome_job_events = reflector(
-        outcome_job_writer,
-        watcher(jobs, owned.clone())
-            .default_backoff()
-            .modify(cache_trim::job_for_outcomes),
-    )
-    .applied_objects();
-    let outcomes = Controller::for_stream(outcome_job_events, outcome_jobs)
+    let outcomes = Controller::for_shared_stream(feed.outcomes, ctx.jobs.clone())
         .owns_stream(pods)
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
         .run(outcomes::reconcile, outcomes::error_policy, ctx.clone())

@@ -1,21 +1,16 @@
 //! What the in-memory caches of Jobs and Pods keep (DESIGN §4.5: caches trimmed). On a fleet the
 //! operator holds one Job per package stage per node, and their pods, until the Jobs' TTLs run out;
-//! most of each object is its pod spec (containers, env, mounts), which only the rollout's drift
-//! check reads, and only from the Jobs.
+//! most of each object is its pod spec (containers, env, mounts), which no reconciler reads from a
+//! cache.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
-/// The rollout's Job store: everything but the managed fields (drift detection compares the whole
-/// pod template).
-pub fn job_for_rollout(job: &mut Job) {
+/// The Job store both controllers read: metadata (managed fields aside), the Job's spec and status,
+/// and of the pod template only `nodeName` (which node the Job runs on). Nothing reads a stored
+/// Job's containers: drift compares the template-hash annotation, outcomes read status and pods.
+pub fn job(job: &mut Job) {
     job.metadata.managed_fields = None;
-}
-
-/// The outcome controller's Job store: also the pod template's spec, except `nodeName` (which node
-/// the Job runs on). Outcomes read the Job's metadata, status and that node only.
-pub fn job_for_outcomes(job: &mut Job) {
-    job_for_rollout(job);
     if let Some(template) = job.spec.as_mut().map(|s| &mut s.template) {
         template.spec = template.spec.take().map(node_only);
     }
@@ -62,7 +57,7 @@ mod tests {
     }
 
     #[test]
-    fn outcome_jobs_keep_their_node_and_status_but_not_the_containers() {
+    fn stored_jobs_keep_their_node_hash_and_status_but_not_the_containers() {
         let mut job = Job {
             metadata: meta(),
             spec: Some(JobSpec {
@@ -78,15 +73,18 @@ mod tests {
                 ..JobStatus::default()
             }),
         };
-        let mut rollout = job.clone();
-        job_for_rollout(&mut rollout);
-        assert!(rollout.metadata.managed_fields.is_none());
-        assert_eq!(
-            rollout.spec.as_ref().and_then(|s| s.template.spec.clone()),
-            Some(spec()),
-            "drift detection needs the template"
+        job.metadata.annotations = Some(
+            [(
+                crate::jobs::drift::TEMPLATE_HASH_ANNOTATION.to_owned(),
+                "sha256:x".to_owned(),
+            )]
+            .into(),
         );
-        job_for_outcomes(&mut job);
+        super::job(&mut job);
+        assert!(
+            !crate::jobs::drift::is_stale(&job, "sha256:x"),
+            "drift detection reads the hash"
+        );
         assert!(job.metadata.managed_fields.is_none());
         assert_eq!(crate::jobs::read::node_of(&job), Some("n1"));
         assert_eq!(job.spec.as_ref().and_then(|s| s.backoff_limit), Some(3));

@@ -4,6 +4,7 @@
 pub mod admin;
 pub(crate) mod cache_trim;
 pub mod config;
+pub(crate) mod job_feed;
 pub mod leader;
 pub(crate) mod nodes;
 pub mod telemetry;
