@@ -129,7 +129,7 @@ pub async fn run_instrumented(
         let (pod_store, pod_writer) = reflector::store::<Pod>();
         let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
         let (job_store, job_writer) = reflector::store::<Job>();
-        let jobs_synced = synced_flag(job_store.clone(), || {});
+        let (jobs_synced_tx, jobs_synced) = watch::channel(false);
         let (policy_store, policy_writer) = reflector::store::<DeploymentPolicy>();
         let policies_synced = synced_flag(policy_store.clone(), || {});
         let ctx = Arc::new(Context {
@@ -171,6 +171,7 @@ pub async fn run_instrumented(
                 nodewrights: nodewright_writer,
                 pods: pod_writer,
                 jobs: job_writer,
+                jobs_synced: jobs_synced_tx,
                 policies: policy_writer,
             },
         )
@@ -239,6 +240,8 @@ struct Writers {
     nodewrights: reflector::store::Writer<NodeWright>,
     pods: reflector::store::Writer<Pod>,
     jobs: reflector::store::Writer<Job>,
+    /// Turned true by the Job watch once the Job store has listed.
+    jobs_synced: watch::Sender<bool>,
     policies: reflector::store::Writer<DeploymentPolicy>,
 }
 
@@ -265,7 +268,13 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
 
     // One Job watch for both controllers: it feeds the store their passes read (events reach the
     // store before they trigger a pass) and triggers both.
-    let feed = job_feed(jobs, owned.clone(), writers.jobs, ctx.jobs.clone());
+    let feed = job_feed(
+        jobs,
+        owned.clone(),
+        writers.jobs,
+        ctx.jobs.clone(),
+        writers.jobs_synced,
+    );
     let nodewright_events = reflector(
         writers.nodewrights,
         watcher(Api::<NodeWright>::all(client.clone()), nodewrights).default_backoff(),

@@ -16,6 +16,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
 
 use crate::runtime::cache_trim;
 
@@ -28,12 +29,17 @@ pub(crate) struct JobFeed<R, O> {
     pub outcomes: O,
 }
 
-/// Starts the Job watch (`config`: the operator's Jobs) into `writer`, whose reader is `store`.
+/// Starts the Job watch (`config`: the operator's Jobs) into `writer`, whose reader is `store`;
+/// `synced` turns true once the store holds the first full list.
+///
+/// The flag is set from the watch's own `InitDone`, not by waiting on the store: a store's ready
+/// signal wakes only one of its waiters, and the outcome controller already waits on it.
 pub(crate) fn job_feed(
     api: Api<Job>,
     config: watcher::Config,
     writer: reflector::store::Writer<Job>,
     store: Store<Job>,
+    synced: watch::Sender<bool>,
 ) -> JobFeed<
     impl Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
     impl Stream<Item = Arc<Job>> + Send + 'static,
@@ -47,6 +53,12 @@ pub(crate) fn job_feed(
             .default_backoff()
             .modify(cache_trim::job),
     )
+    .inspect_ok(move |event| {
+        // The reflector yields an event after applying it to the store.
+        if matches!(event, watcher::Event::InitDone) {
+            synced.send_replace(true);
+        }
+    })
     .touched_objects()
     .inspect_ok(move |job| {
         // The store already holds this version: the reflector applies before it yields. A closed
