@@ -20,12 +20,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::Patch;
 use nodewright_shared::api::{Interrupt, NodeWright, Package};
 use nodewright_shared::glob;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
-use serde_json::{Map, Value, json};
+
 use tracing::info;
 
 use super::configmaps;
@@ -34,7 +33,7 @@ use crate::error::ReconcileError;
 use crate::jobs::merge_interrupts;
 use crate::node::edit::NodeEdit;
 use crate::node::state::parse_state;
-use crate::writes::{Unchanged, failed};
+use crate::writes::Unchanged;
 
 /// Keys added or whose value changed, sorted (removed keys are ignored, as upstream).
 pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
@@ -196,44 +195,19 @@ pub async fn sync(
     }
     let written = updates != previous;
     if written {
-        write_updates(ctx, &name, &previous, &updates).await?;
-        nodewright
-            .status
-            .get_or_insert_with(Default::default)
-            .config_updates = updates;
+        // The record comes first (see the module doc): the current status with the new updates.
+        let mut status = nodewright.status.clone().unwrap_or_default();
+        status.config_updates = updates;
+        ctx.writer
+            .replace_nodewright_status(nodewright, &status)
+            .await?;
+        nodewright.status = Some(status);
     }
     for node in nodes {
         queue_on_node(ctx, &name, node, &changes).await?;
     }
     configmaps::sync_package_configmaps(&ctx.writer, nodewright, &existing, &hold).await?;
     Ok(written)
-}
-
-/// Writes `status.configUpdates` (merge patch; removed packages as `null`).
-async fn write_updates(
-    ctx: &Context,
-    nodewright: &str,
-    previous: &BTreeMap<String, Vec<String>>,
-    updates: &BTreeMap<String, Vec<String>>,
-) -> Result<(), ReconcileError> {
-    let mut value: Map<String, Value> = previous
-        .keys()
-        .filter(|p| !updates.contains_key(*p))
-        .map(|p| (p.clone(), Value::Null))
-        .collect();
-    for (p, keys) in updates {
-        value.insert(p.clone(), json!(keys));
-    }
-    ctx.writer
-        .patch_nodewright_status(
-            nodewright,
-            &Patch::Merge(json!({"status": {"configUpdates": value}})),
-        )
-        .await
-        .map_err(failed(format!(
-            "recording the config updates of NodeWright {nodewright}"
-        )))?;
-    Ok(())
 }
 
 /// Queues the reruns of `changes` (package, version) in the node's state.

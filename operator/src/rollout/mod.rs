@@ -34,14 +34,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::Patch;
 use kube::runtime::controller::Action;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright, NodeWrightStatus, Status};
 use nodewright_shared::defaults::default_nodewright;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::NodeState;
-use serde_json::json;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
@@ -55,7 +53,7 @@ use self::pass::{PassDecision, PassInput};
 use self::selection::{NodeSelection, selection_tolerations};
 use self::status::any_erroring;
 use crate::node::state::{parse_state, status_edit};
-use crate::writes::{Unchanged, failed};
+use crate::writes::Unchanged;
 
 /// The annotation value that turns pause or disable on.
 const ON: &str = "true";
@@ -120,6 +118,7 @@ async fn guard(ctx: &Context, nodewright: &NodeWright) -> Result<Option<Action>,
         return Ok(Some(Action::await_change()));
     }
     if !ctx.jobs_synced() {
+        debug!("the Job store has not listed yet; the pass waits");
         // An unsynced store would read as "no Job yet" and start stages that already ran.
         return Ok(Some(Action::requeue(Duration::from_millis(500))));
     }
@@ -304,6 +303,7 @@ async fn decide_and_act(
         missing_policy: missing_policy.is_some(),
         paused,
         disabled,
+        deleting,
         now: Timestamp::now(),
     };
     let mut decision = pass::decide(&input, &compartments);
@@ -311,27 +311,15 @@ async fn decide_and_act(
         warn!(nodewright = %name, %compartment, "failed batches reached the failure threshold; the rollout of this compartment stops until its batch state is reset");
     }
 
-    // The status parts other steps own: boot IDs, uninstall and deletion conditions.
-    let mut with_status = nw.clone();
-    let deletion_blocked = record_side_conditions(
-        &mut with_status,
-        &old_status,
-        &nodes,
-        &decision,
-        deleting,
-        paused,
-        disabled,
-    );
-    if let Some((reason, message)) = deletion_blocked {
-        ctx.events
-            .warn_on_nodewright(nodewright, reason, message.to_owned())
-            .await;
-    }
-
     let acted = act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
     let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
 
-    let status = pass::finish(&input, &with_status, &compartments, decision, results);
+    let status = pass::finish(&input, &compartments, decision, results);
+    if let Some((reason, message)) = newly_true(&old_status, &status, uninstall::DELETION_BLOCKED) {
+        ctx.events
+            .warn_on_nodewright(nodewright, &reason, message)
+            .await;
+    }
     let strategies = compartments
         .iter()
         .map(|c| (c.name.clone(), batches::strategy_name(c.strategy.as_ref())))
@@ -438,52 +426,21 @@ async fn act_on_nodes(
     }
 }
 
-/// Records in `nw`'s status what the rest of the pass owns: the current boot IDs, the uninstall
-/// conditions, a dependency blocked by an uninstall, and a deletion that waits for uninstalls that
-/// cannot run. Returns the DeletionBlocked reason and message when it was newly set (for its Event).
-fn record_side_conditions(
-    nw: &mut NodeWright,
-    old_status: &NodeWrightStatus,
-    nodes: &[Arc<Node>],
-    decision: &PassDecision<'_>,
-    deleting: bool,
-    paused: bool,
-    disabled: bool,
-) -> Option<(&'static str, &'static str)> {
-    // Boot IDs are recorded every pass (a reboot to reapply on was handled above).
-    nw.status.get_or_insert_with(Default::default).node_boot_ids =
-        reboots::current_ids(&old_status.node_boot_ids, nodes);
-    let generation = nw.metadata.generation;
-    let states = || decision.rows.values().filter_map(|r| r.state.as_ref());
-    let uninstall_conditions = uninstall::uninstall_conditions(nw, states());
-    let blocked = if deleting {
-        let malformed = decision.rows.values().any(|r| r.state.is_none());
-        uninstall::deletion_blocked(paused, disabled, malformed)
-    } else {
-        None
+/// The reason and message of the condition `type_` when `new` sets it True, or True for another
+/// reason, and `old` did not (for the Event that announces it once).
+fn newly_true(
+    old: &NodeWrightStatus,
+    new: &NodeWrightStatus,
+    type_: &str,
+) -> Option<(String, String)> {
+    let true_in = |s: &NodeWrightStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")
+            .map(|c| (c.reason.clone(), c.message.clone()))
     };
-    let dependency_block = uninstall::dependency_block(nw, states());
-    let conditions = &mut nw.status.get_or_insert_with(Default::default).conditions;
-    for (type_, value) in uninstall_conditions {
-        uninstall::set_condition(conditions, type_, value, generation, Timestamp::now());
-    }
-    uninstall::set_condition(
-        conditions,
-        uninstall::BLOCKED,
-        dependency_block
-            .as_deref()
-            .map(|m| (uninstall::DEPENDENCY_UNINSTALLED, m)),
-        generation,
-        Timestamp::now(),
-    );
-    let newly_blocked = uninstall::set_condition(
-        conditions,
-        uninstall::DELETION_BLOCKED,
-        blocked,
-        generation,
-        Timestamp::now(),
-    );
-    blocked.filter(|_| newly_blocked)
+    let now = true_in(new)?;
+    (true_in(old).map(|(reason, _)| reason) != Some(now.0.clone())).then_some(now)
 }
 
 /// Writes the node's status annotation and label for a node not worked on this pass, releases the
@@ -515,8 +472,7 @@ async fn mark_node(
     Ok(())
 }
 
-/// Replaces the status (JSON Patch `add /status`, so entries of nodes that left are dropped too), only
-/// when it changed.
+/// Writes the pass's status, only when it changed, and announces a change of the roll-up.
 async fn write_status(
     ctx: &Context,
     nodewright: &NodeWright,
@@ -527,29 +483,9 @@ async fn write_status(
         return Ok(());
     }
     let name = nodewright.name_any();
-    let value = serde_json::to_value(&status).map_err(|source| ReconcileError::Json {
-        what: format!("status of NodeWright {name}"),
-        source,
-    })?;
-    // The status is computed from the cached object: the `test` op makes the write apply only to the
-    // version it was computed from (a 422 otherwise, retried at once on a fresh read), so a pass on a
-    // stale cache can never overwrite a newer status (e.g. roll a batch state back).
-    let mut ops = Vec::new();
-    if let Some(rv) = &nodewright.metadata.resource_version {
-        ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
-    }
-    ops.push(json!({"op": "add", "path": "/status", "value": value}));
-    let patch: json_patch::Patch =
-        serde_json::from_value(serde_json::Value::Array(ops)).map_err(|source| {
-            ReconcileError::Json {
-                what: format!("status patch of NodeWright {name}"),
-                source,
-            }
-        })?;
     ctx.writer
-        .patch_nodewright_status(&name, &Patch::Json(patch))
-        .await
-        .map_err(failed(format!("writing the status of NodeWright {name}")))?;
+        .replace_nodewright_status(nodewright, &status)
+        .await?;
     if old.status != status.status {
         let (from, to) = (
             old.status.unwrap_or_default().as_str(),

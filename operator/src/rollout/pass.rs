@@ -22,6 +22,7 @@ use super::plan::{Plan, plan};
 use super::priority::{self, Gate};
 use super::selection::{Blocker, blocker};
 use super::status::{self, NodeFacts, StatusInput, any_erroring, node_status};
+use super::{reboots, uninstall};
 use crate::jobs::read::JobIndex;
 use crate::node::state::parse_state;
 
@@ -47,6 +48,8 @@ pub struct PassInput<'a> {
     pub paused: bool,
     /// The disable annotation.
     pub disabled: bool,
+    /// The NodeWright is being deleted (its uninstalls run first).
+    pub deleting: bool,
     /// The pass's clock (admission time of newly admitted nodes).
     pub now: Timestamp,
 }
@@ -265,15 +268,16 @@ fn to_i32(n: usize) -> i32 {
 }
 
 /// The status the pass writes, from its decision and what happened on each node (`results`: the
-/// node's records after the pass, `None` when malformed, and its status). `nodewright` carries the
-/// status parts other steps of the pass own (boot IDs, config updates, uninstall conditions).
+/// node's records after the pass, `None` when malformed, and its status), with every other part
+/// of the status as an input of [`status::build`]: the boot IDs seen, the config updates recorded
+/// before the pass planned, and the uninstall conditions.
 pub fn finish(
     input: &PassInput<'_>,
-    nodewright: &NodeWright,
     compartments: &[Compartment],
     mut decision: PassDecision<'_>,
     results: BTreeMap<String, (Option<NodeState>, Status)>,
 ) -> NodeWrightStatus {
+    let uninstall_conditions = uninstall_conditions(input, &decision);
     // Compartment counts and batch states from this pass's outcome (a node can complete during it).
     let done_now = |n: &str| {
         results
@@ -316,6 +320,7 @@ pub fn finish(
             (c.name.clone(), status)
         })
         .collect();
+    let nodewright = input.nodewright;
     let mut status = status::build(
         nodewright,
         StatusInput {
@@ -334,6 +339,14 @@ pub fn finish(
             }),
             ignored: decision.ignored,
             untolerated: decision.untolerated,
+            // Recorded every pass (a reboot to reapply on was handled before the pass planned).
+            node_boot_ids: reboots::current_ids(&input.old_status.node_boot_ids, input.nodes),
+            config_updates: nodewright
+                .status
+                .as_ref()
+                .map(|s| s.config_updates.clone())
+                .unwrap_or_default(),
+            uninstall_conditions,
         },
         input.now,
     );
@@ -350,6 +363,36 @@ pub fn finish(
         }
     }
     status
+}
+
+/// The conditions of the uninstall steps, from the nodes' records: UninstallInProgress and
+/// UninstallFailed, Blocked (a dependency is uninstalled) and, while the NodeWright is deleted,
+/// DeletionBlocked (its uninstalls cannot run).
+fn uninstall_conditions(
+    input: &PassInput<'_>,
+    decision: &PassDecision<'_>,
+) -> Vec<(&'static str, Option<(String, String)>)> {
+    let nw = input.nodewright;
+    let states = || decision.rows.values().filter_map(|r| r.state.as_ref());
+    let owned = |v: Option<(&str, &str)>| v.map(|(r, m)| (r.to_owned(), m.to_owned()));
+    let mut conditions: Vec<(&'static str, Option<(String, String)>)> =
+        uninstall::uninstall_conditions(nw, states())
+            .into_iter()
+            .map(|(type_, value)| (type_, owned(value)))
+            .collect();
+    conditions.push((
+        uninstall::BLOCKED,
+        uninstall::dependency_block(nw, states())
+            .map(|m| (uninstall::DEPENDENCY_UNINSTALLED.to_owned(), m)),
+    ));
+    let deletion_blocked = if input.deleting {
+        let malformed = decision.rows.values().any(|r| r.state.is_none());
+        uninstall::deletion_blocked(input.paused, input.disabled, malformed)
+    } else {
+        None
+    };
+    conditions.push((uninstall::DELETION_BLOCKED, owned(deletion_blocked)));
+    conditions
 }
 
 /// The status of a node the pass does not work on (and of one whose work failed).
@@ -469,6 +512,7 @@ mod tests {
                 missing_policy: false,
                 paused: self.paused,
                 disabled: false,
+                deleting: false,
                 now: Timestamp::UNIX_EPOCH,
             }
         }

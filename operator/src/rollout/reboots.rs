@@ -11,16 +11,14 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::Patch;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
-use serde_json::json;
 use tracing::info;
 
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::node::edit::NodeEdit;
-use crate::writes::{Unchanged, failed};
+use crate::writes::Unchanged;
 
 /// The node's current boot ID, if the kubelet reported one.
 pub fn boot_id(node: &Node) -> Option<&str> {
@@ -106,16 +104,13 @@ pub async fn reset_rebooted(
             )
             .await;
     }
-    let ids = current_ids(&previous, nodes);
+    // The new boot IDs are the record that these reboots were handled: written before the pass
+    // plans (which ends it), so a crash before this write only repeats the resets above.
+    let mut status = nodewright.status.clone().unwrap_or_default();
+    status.node_boot_ids = current_ids(&previous, nodes);
     ctx.writer
-        .patch_nodewright_status(
-            &name,
-            &Patch::Merge(json!({"status": {"nodeBootIds": ids}})),
-        )
-        .await
-        .map_err(failed(format!(
-            "recording the boot IDs of NodeWright {name}"
-        )))?;
+        .replace_nodewright_status(nodewright, &status)
+        .await?;
     Ok(true)
 }
 

@@ -110,6 +110,13 @@ pub struct StatusInput {
     pub ignored: Vec<String>,
     /// Selected nodes with a taint the NodeWright does not tolerate (sorted).
     pub untolerated: Vec<String>,
+    /// `status.nodeBootIds`: each selected node's boot ID as this pass saw it.
+    pub node_boot_ids: BTreeMap<String, String>,
+    /// `status.configUpdates`, as recorded by [`super::config_updates`].
+    pub config_updates: BTreeMap<String, Vec<String>>,
+    /// The uninstall steps' conditions (UninstallInProgress, UninstallFailed, Blocked,
+    /// DeletionBlocked): type and, when True, (reason, message); absent when `None`.
+    pub uninstall_conditions: Vec<(&'static str, Option<(String, String)>)>,
 }
 
 /// How many nodes the Ready message names per status; beyond, it says how many more (a fleet's
@@ -203,7 +210,9 @@ fn condition(
     }
 }
 
-/// The status to write. `old` is the current status (conditions keep their transition times).
+/// The status to write: the only author of `NodeWrightStatus` (every part, including the boot IDs,
+/// the config updates and the uninstall conditions, is an input). The current status only lends
+/// the conditions their transition times.
 pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> NodeWrightStatus {
     let old = nodewright.status.clone().unwrap_or_default();
     let generation = nodewright.metadata.generation;
@@ -309,6 +318,10 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
             .filter(|c| !ours.contains(&c.type_.as_str()))
             .cloned(),
     );
+    for (type_, value) in &input.uninstall_conditions {
+        let value = value.as_ref().map(|(r, m)| (r.as_str(), m.as_str()));
+        super::uninstall::set_condition(&mut conditions, type_, value, generation, now);
+    }
 
     let mut package_list: Vec<String> = nodewright
         .spec
@@ -336,10 +349,10 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
             .map(|(n, (_, s))| (n.clone(), *s))
             .collect(),
         conditions,
-        node_boot_ids: old.node_boot_ids,
+        node_boot_ids: input.node_boot_ids,
         node_priority: input.node_priority,
         node_order_offset: input.node_order_offset,
-        config_updates: old.config_updates,
+        config_updates: input.config_updates,
         compartment_statuses: input.compartments,
         nodes_in_progress: i32::try_from(in_progress).unwrap_or(i32::MAX),
         complete_nodes: format!("{complete}/{total}"),
