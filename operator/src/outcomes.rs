@@ -41,10 +41,10 @@ use crate::state_metrics::Outcome;
 use crate::writes::{Unchanged, WriteError, failed};
 
 /// How long a Job may sit at `FailureTarget` before it is looked at again.
-const STUCK_RECHECK: Duration = Duration::from_secs(30);
+pub const STUCK_RECHECK: Duration = Duration::from_secs(30);
 /// A Job at `FailureTarget` for longer than this (its pods on an unreachable node cannot finish)
 /// surfaces as erroring (DESIGN §4.4).
-const STUCK_BOUND: Duration = Duration::from_secs(120);
+pub const STUCK_BOUND: Duration = Duration::from_secs(120);
 
 /// How long the Job has been at `FailureTarget=True`.
 fn stuck_for(job: &Job) -> Option<Duration> {
