@@ -43,10 +43,10 @@ use crate::node::state::parse_state;
 use crate::writes::{Unchanged, WriteError, failed};
 
 /// How long a Job may sit at `FailureTarget` before it is looked at again.
-const STUCK_RECHECK: Duration = Duration::from_secs(30);
+pub const STUCK_RECHECK: Duration = Duration::from_secs(30);
 /// A Job at `FailureTarget` for longer than this (its pods on an unreachable node cannot finish)
 /// surfaces as erroring (DESIGN §4.4).
-const STUCK_BOUND: Duration = Duration::from_secs(120);
+pub const STUCK_BOUND: Duration = Duration::from_secs(120);
 
 /// How long the Job has been at `FailureTarget=True`.
 fn stuck_for(job: &Job) -> Option<Duration> {
@@ -562,5 +562,171 @@ mod tests {
         ));
         assert!(s.get("a", "1.0.0").is_none());
         assert!(s.get("a", "2.0.0").is_some());
+    }
+
+    /// One request the mock API server received: method, path and query, JSON body (`Null` if none).
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<(http::Method, String, serde_json::Value)>>>;
+
+    /// Answers like an API server holding `job`, whose only `pods` were rejected at admission, and a
+    /// node with no record of the stage; records every request in the order received.
+    fn rejected_path_api_server(
+        mut handle: tower_test::mock::Handle<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >,
+        job: Job,
+        pods: Vec<Pod>,
+    ) -> (Seen, tokio::task::JoinHandle<()>) {
+        let seen = Seen::default();
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let (method, uri) = (request.method().clone(), request.uri().to_string());
+                let bytes = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .expect("request body");
+                let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                log.lock()
+                    .expect("request log")
+                    .push((method.clone(), uri.clone(), body));
+                let path = uri.split('?').next().unwrap_or_default();
+                let (status, reply) = match (method.as_str(), path) {
+                    ("GET", "/api/v1/namespaces/nodewright/pods") => (
+                        200,
+                        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods}),
+                    ),
+                    ("GET", "/api/v1/nodes/node-a") => (
+                        200,
+                        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}),
+                    ),
+                    ("PATCH" | "DELETE", "/apis/batch/v1/namespaces/nodewright/jobs/j") => {
+                        (200, serde_json::to_value(&job).expect("job JSON"))
+                    }
+                    _ => (
+                        404,
+                        json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                               "reason": "NotFound", "code": 404, "message": format!("{method} {uri}")}),
+                    ),
+                };
+                send.send_response(
+                    http::Response::builder()
+                        .status(status)
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&reply).expect("reply JSON"),
+                        ))
+                        .expect("response"),
+                );
+            }
+        });
+        (seen, task)
+    }
+
+    /// A Context whose every request goes to `client`; stores empty (nothing cached, as after a
+    /// restart), leading.
+    fn context_over(client: kube::Client) -> Context {
+        let env = std::collections::BTreeMap::from([
+            ("NAMESPACE", "nodewright"),
+            ("POD_NAME", "operator-0"),
+            ("LEADER_ELECTION", "false"),
+        ]);
+        let config =
+            crate::config::OperatorConfig::from_lookup(|var| env.get(var).map(|v| (*v).to_owned()))
+                .expect("operator configuration");
+        let term = tokio_util::sync::CancellationToken::new();
+        let synced = || tokio::sync::watch::channel(true).1;
+        Context {
+            client: client.clone(),
+            job_config: config.job_config(),
+            nodes: kube::runtime::reflector::store().0,
+            pods: kube::runtime::reflector::store().0,
+            nodewrights: kube::runtime::reflector::store().0,
+            jobs: kube::runtime::reflector::store().0,
+            jobs_synced: synced(),
+            policies: kube::runtime::reflector::store().0,
+            policies_synced: synced(),
+            term: term.clone(),
+            options: crate::context::RunOptions::default(),
+            events: crate::writes::Events::new(
+                client.clone(),
+                &config.lease.identity,
+                term.clone(),
+            ),
+            writer: crate::writes::Writer::new(client, &config.namespace, term),
+            metrics: crate::state_metrics::StateMetrics::default(),
+            config: Arc::new(config),
+        }
+    }
+
+    /// The rejected path deletes the Job so the stage reruns; the Job must first be marked
+    /// (`state-recorded` + TTL), so a crash between the two writes never loses the outcome: once
+    /// deleted, nothing could record it any more. Drives [`reconcile`] against a mock API server and
+    /// checks the order of the writes it receives.
+    #[tokio::test]
+    async fn the_rejected_path_marks_the_job_before_deleting_it() {
+        let annotation = PackageAnnotation {
+            name: "dax".into(),
+            version: "1.0.0".into(),
+            nodewright: "nw".into(),
+            stage: Stage::Apply,
+            image: "img".into(),
+            container_sha: None,
+        };
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "j", "namespace": "nodewright", "uid": "u1",
+                "annotations": {keys::PACKAGE_ANNOTATION: annotation.to_json().expect("annotation")}},
+            "spec": {"template": {"spec": {"nodeName": "node-a", "containers": []}}},
+            "status": {"conditions": [
+                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
+        }))
+        .expect("job");
+        // Every attempt was refused by kubelet admission: Failed, no container ever ran.
+        let rejected = |name: &str| {
+            json!({"metadata": {"name": name, "namespace": "nodewright",
+                       "labels": {"batch.kubernetes.io/controller-uid": "u1"}},
+                   "status": {"phase": "Failed", "reason": "OutOfcpu"}})
+        };
+        let pods: Vec<Pod> = [rejected("j-a"), rejected("j-b")]
+            .into_iter()
+            .map(|p| serde_json::from_value(p).expect("pod"))
+            .collect();
+        assert_eq!(
+            classify_job(&job, &pods, RecordedEvidence::None),
+            JobOutcome::OnlyRejected
+        );
+
+        let (service, handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let (seen, server) = rejected_path_api_server(handle, job.clone(), pods);
+        let ctx = Arc::new(context_over(kube::Client::new(service, "nodewright")));
+        let ttl = ctx.config.defaults.ttl_failed_seconds();
+        reconcile(Arc::new(job), ctx)
+            .await
+            .expect("the rejected Job is recorded and deleted");
+        server.abort();
+
+        let seen = seen.lock().expect("request log").clone();
+        let job_writes: Vec<(String, serde_json::Value)> = seen
+            .iter()
+            .filter(|(_, uri, _)| uri.starts_with("/apis/batch/v1/namespaces/nodewright/jobs/j"))
+            .map(|(method, _, body)| (method.to_string(), body.clone()))
+            .collect();
+        let methods: Vec<&str> = job_writes.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(
+            methods,
+            ["PATCH", "DELETE"],
+            "the Job is marked, then deleted; all requests: {seen:#?}"
+        );
+        let mark = &job_writes[0].1;
+        assert_eq!(
+            mark["metadata"]["annotations"][keys::STATE_RECORDED_ANNOTATION],
+            "rejected",
+            "{mark}"
+        );
+        assert_eq!(mark["spec"]["ttlSecondsAfterFinished"], ttl, "{mark}");
     }
 }

@@ -12,7 +12,7 @@
 //!
 //! Pods on the fake nodes do what their labels and annotations ask ([`PodFate`]): succeed, fail
 //! with an exit code, hang until their deadline, never start, be rejected at admission, be
-//! disrupted, or live through a simulated reboot. See `tests/README.md`.
+//! disrupted, live through a simulated reboot, or sit on an unreachable node. See `tests/README.md`.
 //!
 //! With `NODEWRIGHT_E2E_KUBECONFIG` set, the fixture uses that cluster instead of starting one
 //! ([`ENV_EXTERNAL_KUBECONFIG`]); pod fates are then available only if that cluster runs kwok
@@ -145,6 +145,9 @@ pub enum Fate {
     Disrupt,
     /// The node reboots (its bootID changes), the containers restart once, then Succeeded.
     Reboot,
+    /// The node never answers: nothing changes the pod (Pending, no statuses), and once deleted it
+    /// stays Terminating, never terminal. Removing the label lets it terminate.
+    Unreachable,
 }
 
 impl Fate {
@@ -158,6 +161,7 @@ impl Fate {
             Fate::Reject => "reject",
             Fate::Disrupt => "disrupt",
             Fate::Reboot => "reboot",
+            Fate::Unreachable => "unreachable",
         }
     }
 }
@@ -204,6 +208,9 @@ impl PodFate {
     }
     pub fn reboot() -> Self {
         Self::new(Fate::Reboot)
+    }
+    pub fn unreachable() -> Self {
+        Self::new(Fate::Unreachable)
     }
 
     fn with(mut self, key: &str, value: String) -> Self {

@@ -364,3 +364,96 @@ async fn deleting_a_running_pod_terminates_it_like_a_kubelet() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[tokio::test]
+async fn unreachable_leaves_the_pod_terminating_until_its_node_comes_back() {
+    let cluster = cluster().await;
+    if cluster.skip_without_pod_fates("unreachable") {
+        return;
+    }
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("fate").await.expect("namespace");
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let node = &cluster.node_names()[0];
+    // The unreachable pod first, then a twin on a reachable kubelet: kwok gets the events of both
+    // from one watch, so once it has acted on the twin it has seen the unreachable pod too (a sync
+    // point, so that "nothing happened" is checked after kwok had the chance to act).
+    let lost = pod("lost", node, &PodFate::unreachable(), "OnFailure", None);
+    let twin = pod("twin", node, &PodFate::hang(), "OnFailure", None);
+    for p in [&lost, &twin] {
+        pods.create(&PostParams::default(), p)
+            .await
+            .expect("create pod");
+    }
+    let get = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.get_opt(name)
+                .await
+                .map_err(|e| cluster.kube_error(format!("reading pod {name}"), e))
+        }
+    };
+    cluster
+        .wait_for("the twin to run", Duration::from_secs(120), || async {
+            Ok(get("twin")
+                .await?
+                .filter(|p| phase(p) == "Running")
+                .map(|_| ()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let seen = get("lost").await.expect("read").expect("the pod exists");
+    assert_eq!(phase(&seen), "Pending", "{:?}", seen.status);
+    assert!(statuses(&seen, true).is_empty() && statuses(&seen, false).is_empty());
+    assert!(
+        seen.status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .is_none(),
+        "no kubelet ever started it"
+    );
+
+    // Deleted (as by the Job controller or an eviction): the twin is terminated and removed; the
+    // unreachable pod stays Terminating, not terminal.
+    for name in ["lost", "twin"] {
+        pods.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete pod");
+    }
+    cluster
+        .wait_for("the twin to be gone", Duration::from_secs(60), || async {
+            Ok(get("twin").await?.is_none().then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stuck = get("lost")
+        .await
+        .expect("read")
+        .expect("the unreachable pod is still there");
+    assert!(stuck.metadata.deletion_timestamp.is_some(), "Terminating");
+    assert_eq!(
+        phase(&stuck),
+        "Pending",
+        "never terminal: {:?}",
+        stuck.status
+    );
+
+    // The node comes back (the label goes): the pod is terminated and removed like any other.
+    pods.patch(
+        "lost",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"labels": {nodewright_e2e::FATE_LABEL: null}}}),
+        ),
+    )
+    .await
+    .expect("label removed");
+    cluster
+        .wait_for(
+            "the released pod to be gone",
+            Duration::from_secs(60),
+            || async { Ok(get("lost").await?.is_none().then_some(())) },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}

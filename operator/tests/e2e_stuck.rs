@@ -1,0 +1,343 @@
+//! A Job stuck at `FailureTarget` end to end on the local control plane (real kube-apiserver, etcd,
+//! the real Job controller, kwok simulating the node), with its own operator, namespace and node.
+//!
+//! The interrupt Job of a package has the stage's bound as `activeDeadlineSeconds`. Its pod sits on
+//! an unreachable node (pod fate `unreachable`: no kubelet acts on it). When the deadline passes,
+//! the real Job controller sets `FailureTarget=True` (DeadlineExceeded) and deletes the pod, but the
+//! pod never becomes terminal, so the controller never sets `Failed`. The operator classifies the
+//! Job as stuck: it keeps a last-logs snapshot on the Job at once, and once the Job has been at
+//! `FailureTarget` for `STUCK_BOUND` it records `(interrupt, erroring)` on the node, which the
+//! NodeWright's status shows. Then the node comes back (the fate label goes): the pod terminates,
+//! the Job fails, and the operator records the stage timed out, keeps the Job, and runs nothing
+//! again.
+//!
+//! No timing assertion: waits are bounded only so a broken build fails instead of hanging. The one
+//! comparison with `STUCK_BOUND` is an order read from the Job's own condition timestamp: the
+//! erroring record, seen through a watch, cannot be seen before it was written.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use nodewright_e2e::{FATE_LABEL, PodFate};
+use nodewright_operator::JobHook;
+use nodewright_operator::outcomes::{STUCK_BOUND, STUCK_RECHECK};
+use nodewright_shared::api::{Interrupt, InterruptType, NodeWrightSpec, Status};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{Stage, State};
+use serde_json::json;
+
+mod support;
+use support::{
+    BOUND, cluster, condition_is, create_fake_node, create_labelled_nodewright, node_state,
+    on_nodes, operator_env, package, spawn_operator, state_of, wait_event, wait_status,
+    wait_timed_out_job,
+};
+
+/// Label that scopes the test's operator to its own NodeWright (distinct from the other suites).
+const SUITE_LABEL: &str = "nodewright.test/stuck-suite";
+
+/// The Job's condition `type_` with status True.
+fn condition<'a>(
+    job: &'a Job,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Whether the node's record of `boot:1.0.0` for the NodeWright `nw` is `(interrupt, erroring)`.
+fn interrupt_erroring(node: &Node, nw: &str) -> bool {
+    state_of(node, nw)
+        .and_then(|s| s.get("boot", "1.0.0").cloned())
+        .is_some_and(|r| r.stage == Stage::Interrupt && r.state == Some(State::Erroring))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_snapshot() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("stuck").await.expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    // Every Job the namespace ever shows (a rerun would be a new Job), and the first moment the
+    // node's record turns erroring, both from watches started before anything runs.
+    let seen_jobs: Arc<Mutex<BTreeMap<String, Job>>> = Arc::default();
+    let job_watch = {
+        let sink = seen_jobs.clone();
+        let api = jobs.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(next) = stream.next().await {
+                if let Ok(job) = next
+                    && let Some(uid) = job.metadata.uid.clone()
+                {
+                    sink.lock().expect("lock").insert(uid, job);
+                }
+            }
+        })
+    };
+    let first_erroring: Arc<Mutex<Option<Timestamp>>> = Arc::default();
+    let node_watch = {
+        let sink = first_erroring.clone();
+        let api = Api::<Node>::all(client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+        let nw = ns.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(next) = stream.next().await {
+                if let Ok(n) = next
+                    && interrupt_erroring(&n, &nw)
+                {
+                    sink.lock()
+                        .expect("lock")
+                        .get_or_insert_with(Timestamp::now);
+                }
+            }
+        })
+    };
+
+    // The interrupt's pod lands on an unreachable node; every other stage succeeds.
+    let hook: JobHook = Arc::new(|job: &mut Job| {
+        if job.labels().contains_key(keys::INTERRUPT_LABEL)
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::unreachable()
+                .apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let env = operator_env(&ns, format!("operator-{ns}"), 3);
+    let operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        Some(hook),
+        None,
+    );
+    let mut rebooting = package("1.0.0", &[]);
+    // The interrupt Job's activeDeadlineSeconds: the Job controller fails it after this.
+    rebooting.stage_timeout = Some("3s".into());
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+
+    // The deadline passes: FailureTarget, the pod deleted but never terminal.
+    let stuck = cluster
+        .wait_for("the interrupt Job at FailureTarget", BOUND, || {
+            let jobs = jobs.clone();
+            async move {
+                let list = jobs
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+                Ok(list.items.into_iter().find(|j| {
+                    j.labels().contains_key(keys::INTERRUPT_LABEL)
+                        && condition(j, "FailureTarget").is_some()
+                }))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let job_name = stuck.name_any();
+    let uid = stuck.metadata.uid.clone().expect("uid");
+    let target = condition(&stuck, "FailureTarget").expect("FailureTarget");
+    assert_eq!(target.reason.as_deref(), Some("DeadlineExceeded"));
+    let since = target
+        .last_transition_time
+        .clone()
+        .expect("FailureTarget transition time")
+        .0;
+    let pod = cluster
+        .wait_for("the interrupt pod Terminating", BOUND, || {
+            let (pods, uid) = (pods.clone(), uid.clone());
+            async move {
+                let list = pods
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
+                    )
+                    .await
+                    .map_err(|e| cluster.kube_error("pods".into(), e))?;
+                Ok(list
+                    .items
+                    .into_iter()
+                    .find(|p| p.metadata.deletion_timestamp.is_some()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod_name = pod.name_any();
+
+    // The snapshot is written as soon as the Job is seen stuck. The pod never ran (nothing on the
+    // node answered), so it names the pod and its phase rather than a log.
+    let annotated = cluster
+        .wait_for("the last-logs snapshot on the Job", BOUND, || {
+            let jobs = jobs.clone();
+            let name = job_name.clone();
+            async move {
+                let job = jobs
+                    .get(&name)
+                    .await
+                    .map_err(|e| cluster.kube_error("job".into(), e))?;
+                Ok(job
+                    .annotations()
+                    .contains_key(keys::LAST_LOGS_ANNOTATION)
+                    .then_some(job))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let snapshot = annotated.annotations()[keys::LAST_LOGS_ANNOTATION].clone();
+    assert_eq!(
+        snapshot,
+        format!("pod {pod_name} never started: Pending"),
+        "the snapshot names the stuck pod and why it has no log"
+    );
+
+    // Past STUCK_BOUND at FailureTarget (the operator looks again every STUCK_RECHECK), the stage
+    // surfaces as erroring on the node. The bound of this wait is that plus slack, from now.
+    cluster
+        .wait_for(
+            "(interrupt, erroring) on the node",
+            STUCK_BOUND + STUCK_RECHECK + Duration::from_secs(60),
+            || {
+                let client = client.clone();
+                let (node, ns) = (node.clone(), ns.clone());
+                async move {
+                    let n = Api::<Node>::all(client)
+                        .get(&node)
+                        .await
+                        .map_err(|e| cluster.kube_error("node".into(), e))?;
+                    Ok(interrupt_erroring(&n, &ns).then_some(()))
+                }
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let seen_at = cluster
+        .wait_for("the node watch to see the erroring record", BOUND, || {
+            let first = *first_erroring.lock().expect("lock");
+            async move { Ok(first) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stuck_for = Duration::try_from(seen_at.duration_since(since)).unwrap_or_default();
+    assert!(
+        stuck_for >= STUCK_BOUND,
+        "recorded erroring after {stuck_for:?} at FailureTarget (since {since}, seen {seen_at}); \
+         the bound is {STUCK_BOUND:?}"
+    );
+    // Still stuck: the Job is not Failed, its pod is Terminating and not terminal.
+    let job = jobs.get(&job_name).await.expect("the Job");
+    assert!(
+        condition(&job, "FailureTarget").is_some(),
+        "{:?}",
+        job.status
+    );
+    assert!(condition(&job, "Failed").is_none(), "{:?}", job.status);
+    assert!(
+        job.annotations()
+            .get(keys::STATE_RECORDED_ANNOTATION)
+            .is_none(),
+        "a stuck Job is not recorded: it has not finished"
+    );
+    let pod = pods.get(&pod_name).await.expect("the stuck pod");
+    assert!(pod.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+    let nw = wait_status(cluster, &client, &ns, Status::Erroring).await;
+    assert!(
+        condition_is(&nw, "Ready", "False", Some("Erroring")),
+        "{:?}",
+        nw.status
+    );
+    let ready = support::condition(&nw, "Ready").expect("Ready");
+    assert!(
+        ready.message.contains(&format!("1 erroring ({node})")),
+        "{}",
+        ready.message
+    );
+    assert_eq!(
+        nw.status.as_ref().and_then(|s| s.node_status.get(&node)),
+        Some(&Status::Erroring)
+    );
+
+    // The node comes back: the pod terminates, the Job controller sets Failed, and the operator
+    // records the stage timed out. The same Job stays as evidence, the record stays erroring.
+    pods.patch(
+        &pod_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {FATE_LABEL: null}}})),
+    )
+    .await
+    .expect("fate label removed");
+    let recorded = wait_timed_out_job(cluster, &client, &ns).await;
+    assert_eq!(recorded.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(
+        condition(&recorded, "Failed").and_then(|c| c.reason.as_deref()),
+        Some("DeadlineExceeded")
+    );
+    assert_eq!(
+        recorded.annotations().get(keys::LAST_LOGS_ANNOTATION),
+        Some(&snapshot),
+        "the snapshot is written once"
+    );
+    let warning = wait_event(cluster, &client, &ns, "StageTimedOut", "NodeWright").await;
+    let note = warning.message.unwrap_or_default();
+    assert!(note.contains("stage [interrupt]"), "{note}");
+    let r = node_state(&client, &node, &ns)
+        .await
+        .and_then(|s| s.get("boot", "1.0.0").cloned())
+        .expect("record");
+    assert_eq!(
+        (r.stage, r.state),
+        (Stage::Interrupt, Some(State::Erroring))
+    );
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
+    // No rerun: the timed-out interrupt is the only interrupt Job the namespace ever had.
+    operator.stop().await;
+    job_watch.abort();
+    node_watch.abort();
+    let interrupts: Vec<String> = seen_jobs
+        .lock()
+        .expect("lock")
+        .values()
+        .filter(|j| j.labels().contains_key(keys::INTERRUPT_LABEL))
+        .filter_map(|j| j.metadata.uid.clone())
+        .collect();
+    assert_eq!(interrupts, [uid]);
+}
