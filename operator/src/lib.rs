@@ -32,4 +32,5 @@ pub mod webhook_certs;
 pub(crate) mod writes;
 
 pub use context::{JobHook, RunOptions};
+pub use outcomes::{STUCK_BOUND, STUCK_RECHECK};
 pub use run::{run, run_instrumented};

@@ -28,7 +28,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::{FATE_LABEL, PodFate};
 use nodewright_operator::JobHook;
-use nodewright_operator::outcomes::{STUCK_BOUND, STUCK_RECHECK};
+use nodewright_operator::{STUCK_BOUND, STUCK_RECHECK};
 use nodewright_shared::api::{Interrupt, InterruptType, NodeWrightSpec, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};

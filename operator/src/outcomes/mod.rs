@@ -631,14 +631,14 @@ mod tests {
             ("POD_NAME", "operator-0"),
             ("LEADER_ELECTION", "false"),
         ]);
-        let config =
-            crate::config::OperatorConfig::from_lookup(|var| env.get(var).map(|v| (*v).to_owned()))
-                .expect("operator configuration");
+        let config = crate::runtime::config::OperatorConfig::from_lookup(|var| {
+            env.get(var).map(|v| (*v).to_owned())
+        })
+        .expect("operator configuration");
         let term = tokio_util::sync::CancellationToken::new();
         let synced = || tokio::sync::watch::channel(true).1;
         Context {
             client: client.clone(),
-            job_config: config.job_config(),
             nodes: kube::runtime::reflector::store().0,
             pods: kube::runtime::reflector::store().0,
             nodewrights: kube::runtime::reflector::store().0,
@@ -653,8 +653,8 @@ mod tests {
                 &config.lease.identity,
                 term.clone(),
             ),
-            writer: crate::writes::Writer::new(client, &config.namespace, term),
-            metrics: crate::state_metrics::StateMetrics::default(),
+            writer: crate::writes::Writer::new(client, &config.jobs.namespace, term),
+            metrics: crate::metrics::state::StateMetrics::default(),
             config: Arc::new(config),
         }
     }
@@ -703,7 +703,7 @@ mod tests {
         >();
         let (seen, server) = rejected_path_api_server(handle, job.clone(), pods);
         let ctx = Arc::new(context_over(kube::Client::new(service, "nodewright")));
-        let ttl = ctx.config.defaults.ttl_failed_seconds();
+        let ttl = ctx.config.jobs.defaults.ttl_failed_seconds();
         reconcile(Arc::new(job), ctx)
             .await
             .expect("the rejected Job is recorded and deleted");
