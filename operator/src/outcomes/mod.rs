@@ -164,7 +164,7 @@ fn pods_of(store: &kube::runtime::reflector::Store<Pod>, uid: &str) -> Vec<Pod> 
 /// Reconciles one Job (and, through it, its pods).
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let span = info_span!("reconcile_job", job = %job.name_any());
-    let result = reconcile_inner(&job, &ctx).instrument(span).await;
+    let result = record_outcome(&job, &ctx).instrument(span).await;
     ctx.metrics.count_reconcile(
         "job",
         if result.is_ok() {
@@ -187,7 +187,7 @@ pub fn error_policy(job: Arc<Job>, error: &ReconcileError, _ctx: Arc<Context>) -
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn reconcile_inner(job: &Job, ctx: &Context) -> Result<Action, ReconcileError> {
+async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileError> {
     if !ctx.leading() || recorded(job).is_some() || job.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

@@ -68,7 +68,7 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     let span = info_span!("reconcile_nodewright", nodewright = %nodewright.name_any());
-    let result = reconcile_inner(&nodewright, &ctx).instrument(span).await;
+    let result = one_pass(&nodewright, &ctx).instrument(span).await;
     ctx.metrics.count_reconcile(
         "nodewright",
         if result.is_ok() {
@@ -101,7 +101,7 @@ pub(crate) fn annotation_on(nodewright: &NodeWright, key: &str) -> bool {
 
 /// One pass over a NodeWright: guards, the steps that write before planning (each may end the pass
 /// and plan again on its own event), then the pure decision and its acts.
-async fn reconcile_inner(nodewright: &NodeWright, ctx: &Context) -> Result<Action, ReconcileError> {
+async fn one_pass(nodewright: &NodeWright, ctx: &Context) -> Result<Action, ReconcileError> {
     if let Some(action) = guard(ctx, nodewright).await? {
         return Ok(action);
     }
