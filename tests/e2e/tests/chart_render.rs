@@ -145,7 +145,7 @@ fn deployments_match_the_binaries_env_ports_and_images() {
 
     // Every variable the chart sets is one the binary reads.
     let operator_vars = known_vars(&[
-        "operator/src/config.rs",
+        "operator/src/runtime/config.rs",
         "operator/src/webhook_certs/settings.rs",
         "shared/src/defaults.rs",
     ]);
