@@ -198,17 +198,19 @@ async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileErr
     let name = job.name_any();
     let uid = job.metadata.uid.clone().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace);
-    // A running Job's pods come from the watch-fed store (no API call per pod event). Any decision
-    // beyond "still running" (Complete, Failed, FailureTarget...) is taken from a live list instead,
-    // once per Job: the store may not have seen the last pod update yet, and an outcome classified
-    // from a stale view would be recorded for good.
+    // A running Job's pods come from the watch-fed store (no API call per pod event). A failing
+    // decision (Failed, FailureTarget) is taken from a live list instead, once per Job: the store
+    // may not have seen the last pod update yet, and an outcome classified from a stale view would
+    // be recorded for good. A Complete Job needs no pods (the Job controller's condition is the
+    // outcome), so the common case costs no list: a label-selected LIST scans every retained pod
+    // of the namespace, and one per finished Job grows with the square of the fleet.
     let cached_node = ctx.nodes.get(&ObjectRef::new(node));
     let evidence = cached_node.as_deref().map_or(RecordedEvidence::None, |n| {
         recorded_evidence(n, &annotation)
     });
     let mut pods = pods_of(&ctx.pods, &uid);
     let mut outcome = classify_job(job, &pods, evidence);
-    if !matches!(outcome, JobOutcome::Running) {
+    if !matches!(outcome, JobOutcome::Running | JobOutcome::Succeeded) {
         pods = pods_api
             .list(
                 &ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
