@@ -1,6 +1,10 @@
 //! Kubernetes Events with upstream's reasons (upstream-operator.md §6.5), so `kubectl describe`
 //! shows what the operator did and why. Publishing is best effort: a failed Event is logged, never
-//! a failed reconcile. Like every write, an Event is not sent once the leadership term ended.
+//! a failed reconcile. Like every write, an Event is not sent once the leadership term ended, and
+//! past a burst per (object, reason) repeats are dropped ([`super::event_filter`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
@@ -8,6 +12,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use nodewright_shared::api::NodeWright;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
+
+use super::event_filter::SpamFilter;
 
 /// The component name in every Event.
 pub const REPORTER: &str = "nodewright-operator";
@@ -17,6 +23,8 @@ pub const REPORTER: &str = "nodewright-operator";
 pub struct Events {
     recorder: Recorder,
     term: CancellationToken,
+    /// Shared by every clone, so the whole term has one budget per (object, reason).
+    filter: Arc<Mutex<SpamFilter>>,
 }
 
 impl Events {
@@ -31,6 +39,7 @@ impl Events {
                 },
             ),
             term,
+            filter: Arc::default(),
         }
     }
 
@@ -43,6 +52,26 @@ impl Events {
     ) {
         if self.term.is_cancelled() {
             debug!(reason, "the leadership term ended; Event not sent");
+            return;
+        }
+        let key = format!(
+            "{}/{}/{}/{}|{reason}",
+            reference.kind.as_deref().unwrap_or_default(),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default(),
+            reference.uid.as_deref().unwrap_or_default(),
+        );
+        let allowed = self
+            .filter
+            .lock()
+            .map(|mut f| f.allow(&key, Instant::now()))
+            // A poisoned lock only means another publish panicked: publish rather than lose it.
+            .unwrap_or(true);
+        if !allowed {
+            debug!(
+                reason,
+                "Event dropped by the spam filter (burst spent for this object)"
+            );
             return;
         }
         let event = Event {

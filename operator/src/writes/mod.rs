@@ -9,6 +9,7 @@
 
 mod certs;
 mod configmaps;
+mod event_filter;
 mod events;
 mod jobs;
 mod lease;

@@ -1,0 +1,121 @@
+//! The Event spam filter: a token bucket per (object, reason), as client-go's
+//! `EventSourceObjectSpamFilter` (burst 25, one more every 5 minutes), so a rollout over a fleet or a
+//! flapping stage cannot flood the apiserver with Events. kube's recorder already folds repeats of
+//! one (object, reason) into one Event series, but every repeat is still a PATCH that only bumps its
+//! count: past the burst, those repeats are dropped here instead. Keyed by reason too, so a burst of
+//! `Apply` Events never silences a `StageTimedOut` on the same object.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Events one (object, reason) may publish at once.
+const BURST: f64 = 25.0;
+/// One more Event per (object, reason) every so often once the burst is spent.
+const REFILL_EVERY: Duration = Duration::from_secs(300);
+/// Above this many tracked keys, full buckets (which behave as untracked ones) are dropped.
+const PRUNE_ABOVE: usize = 4096;
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    /// The tokens at `now` (refilled since `at`, capped at the burst).
+    fn tokens_at(&self, now: Instant) -> f64 {
+        let refill =
+            now.saturating_duration_since(self.at).as_secs_f64() / REFILL_EVERY.as_secs_f64();
+        (self.tokens + refill).min(BURST)
+    }
+}
+
+/// The buckets of every (object, reason) that published recently.
+#[derive(Debug, Default)]
+pub struct SpamFilter {
+    buckets: HashMap<String, Bucket>,
+}
+
+impl SpamFilter {
+    /// Whether an Event keyed `key` may be published at `now` (and spends a token if so).
+    pub fn allow(&mut self, key: &str, now: Instant) -> bool {
+        if self.buckets.len() > PRUNE_ABOVE {
+            self.buckets.retain(|_, b| b.tokens_at(now) < BURST);
+        }
+        let bucket = self.buckets.entry(key.to_owned()).or_insert(Bucket {
+            tokens: BURST,
+            at: now,
+        });
+        let tokens = bucket.tokens_at(now);
+        let allowed = tokens >= 1.0;
+        *bucket = Bucket {
+            tokens: if allowed { tokens - 1.0 } else { tokens },
+            at: now,
+        };
+        allowed
+    }
+
+    /// How many keys are tracked (for tests).
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_passes_then_one_per_refill_period() {
+        let mut filter = SpamFilter::default();
+        let t0 = Instant::now();
+        let passed = (0..100).filter(|_| filter.allow("nw/a|Apply", t0)).count();
+        assert_eq!(passed, 25, "the burst");
+        assert!(!filter.allow("nw/a|Apply", t0 + REFILL_EVERY / 2));
+        assert!(
+            filter.allow("nw/a|Apply", t0 + REFILL_EVERY),
+            "one more per period"
+        );
+        assert!(!filter.allow("nw/a|Apply", t0 + REFILL_EVERY));
+    }
+
+    #[test]
+    fn other_reasons_and_objects_have_their_own_bucket() {
+        let mut filter = SpamFilter::default();
+        let t0 = Instant::now();
+        for _ in 0..25 {
+            assert!(filter.allow("nw/a|Apply", t0));
+        }
+        assert!(!filter.allow("nw/a|Apply", t0));
+        assert!(
+            filter.allow("nw/a|StageTimedOut", t0),
+            "a warning is not silenced"
+        );
+        assert!(filter.allow("nw/b|Apply", t0), "another object");
+    }
+
+    #[test]
+    fn a_quiet_key_fills_up_again_and_full_buckets_are_pruned() {
+        let mut filter = SpamFilter::default();
+        let t0 = Instant::now();
+        for _ in 0..25 {
+            assert!(filter.allow("nw/a|Apply", t0));
+        }
+        let later = t0 + REFILL_EVERY * 30;
+        assert_eq!(
+            (0..100)
+                .filter(|_| filter.allow("nw/a|Apply", later))
+                .count(),
+            25,
+            "refilled to the burst, not beyond"
+        );
+        for i in 0..=PRUNE_ABOVE {
+            assert!(filter.allow(&format!("node/{i}|Apply"), t0));
+        }
+        // Every bucket is full again much later: the next call prunes them all but its own.
+        let much_later = later + REFILL_EVERY * 30;
+        assert!(filter.allow("nw/z|Apply", much_later));
+        assert_eq!(filter.tracked(), 1);
+    }
+}
