@@ -225,10 +225,7 @@ async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileErr
     if outcome == JobOutcome::OnlyRejected && evidence == RecordedEvidence::None {
         // The rejected path deletes the Job and reruns the stage: believe "no genuine failure" only
         // from a fresh read of the node, since the cache may not show the live path's record yet.
-        let fresh = Api::<Node>::all(ctx.client.clone())
-            .get_opt(node)
-            .await
-            .map_err(ReconcileError::api(format!("reading node {node}")))?;
+        let fresh = ctx.writer.read_node(node).await?;
         let evidence = fresh.as_ref().map_or(RecordedEvidence::None, |n| {
             recorded_evidence(n, &annotation)
         });

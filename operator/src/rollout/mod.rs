@@ -143,6 +143,8 @@ struct Ready {
     disabled: bool,
     /// Selected nodes, in rollout order.
     nodes: Vec<Arc<Node>>,
+    /// Every node in the cache (priority gates look at nodes this NodeWright does not select).
+    every_node: Vec<Arc<Node>>,
     /// Every NodeWright this operator reconciles (priority, runtime-required taint).
     all_nodewrights: Vec<NodeWright>,
     jobs: JobIndex,
@@ -172,11 +174,12 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     let disabled = annotation_on(&nw, keys::DISABLE_ANNOTATION);
 
     let selection = NodeSelection::of(&nw)?;
-    let mut nodes: Vec<Arc<Node>> = ctx
-        .nodes
-        .state()
-        .into_iter()
+    // One snapshot of the node cache per pass: the selection and the priority gates read it.
+    let every_node = ctx.nodes.state();
+    let mut nodes: Vec<Arc<Node>> = every_node
+        .iter()
         .filter(|n| selection.matches(n.labels()))
+        .cloned()
         .collect();
     nodes.sort_by(|a, b| {
         (&a.metadata.creation_timestamp, a.metadata.name.as_deref())
@@ -254,6 +257,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         paused,
         disabled,
         nodes,
+        every_node,
         all_nodewrights,
         jobs,
         policy,
@@ -274,6 +278,7 @@ async fn decide_and_act(
         paused,
         disabled,
         nodes,
+        every_node,
         all_nodewrights,
         jobs,
         policy,
@@ -281,7 +286,6 @@ async fn decide_and_act(
     } = ready;
     let name = nw.name_any();
     let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
-    let every_node = ctx.nodes.state();
     let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
     let gates = priority::gates(&nw, &all_nodewrights, &every_node);
     let tolerations = selection_tolerations(&nw, &ctx.config.jobs.runtime_required_taint);

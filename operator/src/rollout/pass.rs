@@ -341,11 +341,7 @@ pub fn finish(
             untolerated: decision.untolerated,
             // Recorded every pass (a reboot to reapply on was handled before the pass planned).
             node_boot_ids: reboots::current_ids(&input.old_status.node_boot_ids, input.nodes),
-            config_updates: nodewright
-                .status
-                .as_ref()
-                .map(|s| s.config_updates.clone())
-                .unwrap_or_default(),
+            config_updates: input.old_status.config_updates.clone(),
             uninstall_conditions,
         },
         input.now,
