@@ -15,6 +15,9 @@ pub const DEFAULT_AGENT_LOG_ROOT: &str = "/var/log/skyhook";
 pub const DEFAULT_PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// The agent image running the stage, check and interrupt containers.
 pub const DEFAULT_AGENT_IMAGE: &str = "ghcr.io/nvidia/skyhook/agent:latest";
+/// Upstream's pull policy of the package and agent containers: a moved tag is always re-pulled.
+pub const DEFAULT_PACKAGE_IMAGE_PULL_POLICY: &str = "Always";
+
 /// The default runtime-required taint, kubectl syntax (upstream's, renamed).
 pub const DEFAULT_RUNTIME_REQUIRED_TAINT: &str =
     "nodewright.nvidia.com=runtime-required:NoSchedule";
@@ -34,6 +37,10 @@ pub struct JobConfig {
     pub agent_log_root: String,
     /// `IMAGE_PULL_SECRET`: the one `imagePullSecrets` entry of every pod, when set.
     pub image_pull_secret: Option<String>,
+    /// `PACKAGE_IMAGE_PULL_POLICY`: `imagePullPolicy` of the package and agent containers
+    /// (`Always`, as upstream; `IfNotPresent` or `Never` for nodes whose images are preloaded,
+    /// such as air-gapped fleets, where an `Always` pull can only fail).
+    pub image_pull_policy: String,
     /// `RUNTIME_REQUIRED_TAINT`: every pod tolerates it.
     pub runtime_required_taint: RuntimeTaint,
     /// `JOB_STAGE_TIMEOUT`, `JOB_BACKOFF_LIMIT` and the TTLs.

@@ -177,7 +177,7 @@ pub fn build_interrupt_job(input: &InterruptJobInput<'_>) -> Result<Job, JobBuil
     let container = Container {
         name: naming::INTERRUPT_CONTAINER_NAME.to_owned(),
         image: Some(pod::agent_image(package, config).to_owned()),
-        image_pull_policy: Some("Always".to_owned()),
+        image_pull_policy: Some(config.image_pull_policy.clone()),
         args: Some(vec![
             "interrupt".to_owned(),
             pod::ROOT_MOUNT_PATH.to_owned(),

@@ -18,8 +18,9 @@ pub(crate) mod read;
 
 pub use annotation::PackageAnnotation;
 pub use config::{
-    DEFAULT_AGENT_IMAGE, DEFAULT_AGENT_LOG_ROOT, DEFAULT_COPY_DIR_ROOT, DEFAULT_PAUSE_IMAGE,
-    DEFAULT_RUNTIME_REQUIRED_TAINT, JobConfig, RuntimeTaint, TaintParseError,
+    DEFAULT_AGENT_IMAGE, DEFAULT_AGENT_LOG_ROOT, DEFAULT_COPY_DIR_ROOT,
+    DEFAULT_PACKAGE_IMAGE_PULL_POLICY, DEFAULT_PAUSE_IMAGE, DEFAULT_RUNTIME_REQUIRED_TAINT,
+    JobConfig, RuntimeTaint, TaintParseError,
 };
 pub use error::JobBuildError;
 pub use interrupt::{
@@ -85,6 +86,7 @@ pub(crate) mod test_support {
             copy_dir_root: super::DEFAULT_COPY_DIR_ROOT.into(),
             agent_log_root: super::DEFAULT_AGENT_LOG_ROOT.into(),
             image_pull_secret: None,
+            image_pull_policy: super::DEFAULT_PACKAGE_IMAGE_PULL_POLICY.into(),
             runtime_required_taint: RuntimeTaint {
                 key: "nodewright.nvidia.com".into(),
                 value: Some("runtime-required".into()),

@@ -95,7 +95,7 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
     let copy = Container {
         name: naming::init_container_name(package_key),
         image: Some(pod::package_image_ref(package)),
-        image_pull_policy: Some("Always".to_owned()),
+        image_pull_policy: Some(config.image_pull_policy.clone()),
         command: Some(vec!["/bin/sh".to_owned()]),
         args: Some(vec![
             "-c".to_owned(),
@@ -115,7 +115,7 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
     let agent_container = |name: String, mode: String| Container {
         name,
         image: Some(agent_image.clone()),
-        image_pull_policy: Some("Always".to_owned()),
+        image_pull_policy: Some(config.image_pull_policy.clone()),
         args: Some(vec![
             mode,
             pod::ROOT_MOUNT_PATH.to_owned(),

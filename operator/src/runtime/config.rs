@@ -14,8 +14,9 @@ use nodewright_shared::defaults::{EnvProblem, OperatorDefaults};
 use nodewright_shared::duration::GoDuration;
 
 use crate::jobs::{
-    DEFAULT_AGENT_IMAGE, DEFAULT_AGENT_LOG_ROOT, DEFAULT_COPY_DIR_ROOT, DEFAULT_PAUSE_IMAGE,
-    DEFAULT_RUNTIME_REQUIRED_TAINT, JobConfig, RuntimeTaint,
+    DEFAULT_AGENT_IMAGE, DEFAULT_AGENT_LOG_ROOT, DEFAULT_COPY_DIR_ROOT,
+    DEFAULT_PACKAGE_IMAGE_PULL_POLICY, DEFAULT_PAUSE_IMAGE, DEFAULT_RUNTIME_REQUIRED_TAINT,
+    JobConfig, RuntimeTaint,
 };
 use crate::naming::{is_dns_label, is_dns_subdomain};
 use crate::runtime::leader::{LeaseConfig, LeaseTimings};
@@ -32,6 +33,8 @@ pub const ENV_COPY_DIR_ROOT: &str = "COPY_DIR_ROOT";
 pub const ENV_AGENT_LOG_ROOT: &str = "AGENT_LOG_ROOT";
 /// Optional `imagePullSecrets` entry of every pod.
 pub const ENV_IMAGE_PULL_SECRET: &str = "IMAGE_PULL_SECRET";
+/// `imagePullPolicy` of the package and agent containers.
+pub const ENV_PACKAGE_IMAGE_PULL_POLICY: &str = "PACKAGE_IMAGE_PULL_POLICY";
 /// The taint every operator pod tolerates.
 pub const ENV_RUNTIME_REQUIRED_TAINT: &str = "RUNTIME_REQUIRED_TAINT";
 /// Requeue interval of a reconcile that found nothing to do.
@@ -201,6 +204,20 @@ impl OperatorConfig {
                 })
                 .map(Some),
         };
+        let image_pull_policy = p.check(
+            ENV_PACKAGE_IMAGE_PULL_POLICY,
+            or(
+                ENV_PACKAGE_IMAGE_PULL_POLICY,
+                DEFAULT_PACKAGE_IMAGE_PULL_POLICY,
+            ),
+            |v| {
+                matches!(v, "Always" | "IfNotPresent" | "Never")
+                    .then_some(())
+                    .ok_or_else(|| {
+                        "one of Always (the default), IfNotPresent, Never (exact case)".to_owned()
+                    })
+            },
+        );
         let taint_text = or(ENV_RUNTIME_REQUIRED_TAINT, DEFAULT_RUNTIME_REQUIRED_TAINT);
         let runtime_required_taint = match RuntimeTaint::parse(&taint_text) {
             Ok(t) => Some(t),
@@ -349,6 +366,7 @@ impl OperatorConfig {
             copy_dir_root,
             agent_log_root,
             image_pull_secret,
+            image_pull_policy,
             runtime_required_taint,
             default_interval,
             reapply_on_reboot,
@@ -369,6 +387,7 @@ impl OperatorConfig {
                 Some(copy_dir_root),
                 Some(agent_log_root),
                 Some(image_pull_secret),
+                Some(image_pull_policy),
                 Some(runtime_required_taint),
                 Some(default_interval),
                 Some(reapply_on_reboot),
@@ -394,6 +413,7 @@ impl OperatorConfig {
                     copy_dir_root,
                     agent_log_root,
                     image_pull_secret,
+                    image_pull_policy,
                     runtime_required_taint,
                     defaults,
                 },
@@ -773,6 +793,32 @@ mod tests {
     }
 
     #[test]
+    fn package_image_pull_policy() {
+        assert_eq!(env(&[]).expect("defaults").jobs.image_pull_policy, "Always");
+        for ok in ["Always", "IfNotPresent", "Never"] {
+            assert_eq!(
+                accepts("PACKAGE_IMAGE_PULL_POLICY", ok)
+                    .jobs
+                    .image_pull_policy,
+                ok
+            );
+        }
+        assert_eq!(
+            accepts("PACKAGE_IMAGE_PULL_POLICY", "")
+                .jobs
+                .image_pull_policy,
+            "Always"
+        );
+        for bad in ["always", "Sometimes"] {
+            assert!(
+                problem("PACKAGE_IMAGE_PULL_POLICY", bad)
+                    .accepted
+                    .contains("IfNotPresent")
+            );
+        }
+    }
+
+    #[test]
     fn runtime_required_taint() {
         let t = accepts("RUNTIME_REQUIRED_TAINT", "example.com/wait:NoExecute")
             .jobs
@@ -989,6 +1035,7 @@ mod tests {
             ("COPY_DIR_ROOT", "relative"),
             ("AGENT_LOG_ROOT", "logs"),
             ("IMAGE_PULL_SECRET", "Nope"),
+            ("PACKAGE_IMAGE_PULL_POLICY", "sometimes"),
             ("RUNTIME_REQUIRED_TAINT", "k-"),
             ("DEFAULT_INTERVAL", "5s"),
             ("REAPPLY_ON_REBOOT", "maybe"),
@@ -1015,6 +1062,7 @@ mod tests {
                 "COPY_DIR_ROOT",
                 "AGENT_LOG_ROOT",
                 "IMAGE_PULL_SECRET",
+                "PACKAGE_IMAGE_PULL_POLICY",
                 "RUNTIME_REQUIRED_TAINT",
                 "DEFAULT_INTERVAL",
                 "REAPPLY_ON_REBOOT",
