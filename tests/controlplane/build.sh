@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from their upstream Go modules:
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  (k8s.io/kubernetes)
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#   kubelet (for the optional real node, up.sh --real-node)          (k8s.io/kubernetes)
 #   etcd                                                              (go.etcd.io/etcd/server/v3)
 #   kwok, kwokctl                                                     (sigs.k8s.io/kwok)
 #   helm                                                              (helm.sh/helm/v4)
@@ -86,7 +87,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   k8s_ldflags+=" -X ${pkg}.gitVersion=${k8s_ver} -X ${pkg}.gitMajor=${k8s_major} -X ${pkg}.gitMinor=${k8s_minor}"
   k8s_ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${k8s_time}"
 done
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   build kubernetes "${cmd}" "k8s.io/kubernetes/cmd/${cmd}" "${k8s_ldflags}"
 done
 
@@ -105,7 +106,7 @@ build helm helm helm.sh/helm/v4/cmd/helm "-X helm.sh/helm/v4/internal/version.ve
 "${stage}/kube-apiserver" --version | grep -q "Kubernetes ${k8s_ver}" \
   || cp_die "kube-apiserver does not report ${k8s_ver}; see ${log}"
 for check in "etcd --version" "kubectl version --client" "kube-controller-manager --version" \
-  "kube-scheduler --version" "kwok --version" "kwokctl --version" "helm version"; do
+  "kube-scheduler --version" "kubelet --version" "kwok --version" "kwokctl --version" "helm version"; do
   # shellcheck disable=SC2086 # each check is a binary followed by its arguments
   "${stage}"/${check} >>"${log}" 2>&1 || cp_die "'${check}' failed; see ${log}"
 done

@@ -6,6 +6,8 @@
 CP_BUILD_REVISION=1
 
 cp_here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=realnode.sh
+source "${cp_here}/realnode.sh"
 
 cp_die() {
   echo "error: $*" >&2
@@ -77,15 +79,21 @@ cp_proc_start() {
   echo "${stat}" | awk '{ print $20 }'
 }
 
-# cp_memory_report NAME: peak (VmHWM) and current (VmRSS) resident memory of every component.
+# cp_memory_report NAME: peak (VmHWM) and current (VmRSS) resident memory of every component,
+# the real node's containerd and kubelet included when the cluster has it.
 cp_memory_report() {
-  local dir pidfile pid comp hwm rss total_hwm=0 total_rss=0
+  local dir pidfile pid comp hwm rss total_hwm=0 total_rss=0 pidfiles=()
   dir="$(cp_cluster_dir "$1")"
+  pidfiles=("${dir}"/pids/*.pid)
+  if [[ -f "$(rn_root)/cluster" && "$(cat "$(rn_root)/cluster")" == "$1" ]]; then
+    pidfiles+=("$(rn_root)"/*.pid)
+  fi
   printf '%-28s %12s %12s\n' component peak_rss_kib rss_kib
-  for pidfile in "${dir}"/pids/*.pid; do
+  for pidfile in "${pidfiles[@]}"; do
     [[ -f "${pidfile}" ]] || continue
     pid="$(cat "${pidfile}")"
     comp="$(basename "${pidfile}" .pid)"
+    [[ "${pidfile}" == "$(rn_root)"/* ]] && comp="realnode-${comp}"
     hwm="$(awk '/^VmHWM:/ { print $2 }' "/proc/${pid}/status" 2>/dev/null || true)"
     rss="$(awk '/^VmRSS:/ { print $2 }' "/proc/${pid}/status" 2>/dev/null || true)"
     printf '%-28s %12s %12s\n' "${comp}" "${hwm:-gone}" "${rss:-gone}"
@@ -111,6 +119,8 @@ cp_stop_cluster() {
   mkdir -p "${logs}/components"
   cp -a "${dir}/logs/." "${logs}/components/" 2>/dev/null || true
   cp -a "${dir}/kwok.yaml" "${logs}/kwokctl-config.yaml" 2>/dev/null || true
+  # The real node first: its kubelet must not outlive the apiserver it reports to.
+  rn_stop "${name}" >>"${logs}/down.log" 2>&1 || true
   if ! kwokctl delete cluster --name "${name}" --kubeconfig "" >>"${logs}/down.log" 2>&1; then
     # kwokctl could not read its own state: stop the components it recorded, by pid.
     for pidfile in "${dir}"/pids/*.pid; do

@@ -6,7 +6,7 @@
 # Installs every crds/*.yaml of the repository and waits until all of it is usable.
 #
 # Usage: tests/controlplane/up.sh [--name NAME] [--nodes N] [--owner-pid PID] [--timeout SECONDS]
-#                                   [--no-crds]
+#                                   [--no-crds] [--real-node]
 #   --name       cluster name (default: nodewright); two names can run at once (free ports are
 #                picked per cluster)
 #   --nodes      number of fake nodes, kwok-node-0..N-1 (default: 3)
@@ -15,6 +15,11 @@
 #   --timeout    seconds to wait for readiness (default: 300)
 #   --no-crds    do not install crds/*.yaml (a suite that installs them itself, or a test of a
 #                broken CRD that should not stop every other test)
+#   --real-node  also start one real node (real-node-0): containerd + runc + CNI and a kubelet
+#                running real containers next to the kwok nodes (realnode.sh; needs root; the
+#                Debian packages are installed when missing). With NODEWRIGHT_IMAGES_DIR set
+#                (tests/images/build.sh), the test images are imported into its containerd.
+#                One real node per machine: a second cluster asking for one waits for the first.
 #
 # Stdout is shell: `eval "$(tests/controlplane/up.sh)"` sets KUBECONFIG. Progress goes to stderr.
 # Component logs: ${NODEWRIGHT_LOGS:-<cache>/logs}/<name>/ (kept after down.sh).
@@ -30,6 +35,7 @@ nodes=3
 owner_pid=""
 timeout=300
 install_crds=true
+real_node=false
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --name) name="$2"; shift 2 ;;
@@ -37,7 +43,8 @@ while [[ $# -gt 0 ]]; do
     --owner-pid) owner_pid="$2"; shift 2 ;;
     --timeout) timeout="$2"; shift 2 ;;
     --no-crds) install_crds=false; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --real-node) real_node=true; shift ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) cp_die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -96,6 +103,32 @@ options:
   kwokControllerBinary: ${bin_dir}/kwok
   kubectlBinary: ${bin_dir}/kubectl
 EOF
+if ${real_node}; then
+  rn_prereqs
+  # kwok must leave the real node to its kubelet (it would race it on every pod); the apiserver
+  # must reach the kubelet by IP (logs, exec), be reachable from pods (bound beyond loopback, with
+  # the node address in its certificate), and call webhooks at their Service's endpoints (no
+  # kube-proxy here: ClusterIPs do not route).
+  cat >>"${config}" <<EOF
+  kubeApiserverCertSANs: ["${RN_NODE_IP}"]
+componentsPatches:
+- name: kwok-controller
+  extraArgs:
+  - key: manage-all-nodes
+    value: "false"
+  - key: manage-nodes-with-annotation-selector
+    value: kwok.x-k8s.io/node=fake
+- name: kube-apiserver
+  extraArgs:
+  - key: kubelet-preferred-address-types
+    value: InternalIP,Hostname
+  - key: enable-aggregator-routing
+    value: "true"
+  - key: bind-address
+    value: 0.0.0.0
+    override: true
+EOF
+fi
 
 echo "up.sh: starting cluster '${name}' (logs: ${logs_dir})" >&2
 t0=$(date +%s)
@@ -171,6 +204,11 @@ until k -n default get serviceaccount default >/dev/null 2>&1; do
   sleep 0.5
 done
 
+if ${real_node}; then
+  # A subshell, so that a failure inside (cp_die) still reaches fail() and its teardown.
+  (rn_start "${name}" "${kubeconfig}" "${bin_dir}" "${logs_dir}" "${timeout}") 8>&- || fail "the real node did not start"
+fi
+
 shopt -s nullglob
 crds=("${repo}"/crds/*.yaml)
 if ${install_crds} && ((${#crds[@]} > 0)); then
@@ -182,6 +220,12 @@ if ${install_crds} && ((${#crds[@]} > 0)); then
 fi
 
 echo "up.sh: cluster '${name}' ready with ${nodes} nodes in $(( $(date +%s) - t0 ))s" >&2
+if ${real_node}; then
+  echo "export NODEWRIGHT_REAL_NODE=${RN_NODE_NAME}"
+  echo "export NODEWRIGHT_REAL_NODE_IP=${RN_NODE_IP}"
+  echo "export NODEWRIGHT_CONTAINERD_SOCK=$(rn_sock)"
+  echo "export NODEWRIGHT_REAL_NODE_HOST_DIR=$(rn_root)/host"
+fi
 echo "# cluster ${name}: ${nodes} kwok nodes; logs in ${logs_dir}; stop with tests/controlplane/down.sh --name ${name}"
 echo "export NODEWRIGHT_LOGS_DIR=${logs_dir}"
 echo "export NODEWRIGHT_BIN_DIR=${bin_dir}"
