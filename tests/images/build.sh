@@ -109,12 +109,19 @@ install_binary() {
 }
 
 # umoci_image LAYOUT TAG ROOTFS [umoci config options...]: a one-layer image from ROOTFS.
+# unpack + repack, not `umoci insert`: umoci 0.4.7's insert writes layer tars without their end
+# (no padding, no end-of-archive blocks, absolute member names), which containerd tolerates but
+# GNU tar and stricter tools refuse.
 umoci_image() {
     local layout=$1 tag=$2 rootfs=$3
     shift 3
     [ -d "$layout" ] || umoci init --layout "$layout" >&2
     umoci new --image "$layout:$tag" >&2
-    umoci insert --image "$layout:$tag" "$rootfs" / >&2
+    local bundle=$WORK/bundle-$(basename "$layout")-$tag
+    umoci unpack --image "$layout:$tag" "$bundle" >&2
+    cp -a "$rootfs/." "$bundle/rootfs/"
+    umoci repack --image "$layout:$tag" "$bundle" >&2
+    rm -rf "$bundle"
     umoci config --image "$layout:$tag" --architecture amd64 --os linux \
         --history.created_by "tests/images/build.sh" "$@" >&2
 }
