@@ -141,7 +141,7 @@ const PACKAGE_JOB: &str = r#"
           {
             "args": [
               "-c",
-              "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
+              "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"
             ],
             "command": [
               "/bin/sh"

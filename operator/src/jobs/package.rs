@@ -97,9 +97,13 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
         image: Some(pod::package_image_ref(package)),
         image_pull_policy: Some(config.image_pull_policy.clone()),
         command: Some(vec!["/bin/sh".to_owned()]),
+        // `-f`: every stage after the first copies over the previous stage's copy, and the
+        // ConfigMap volumes hold symlinks (`..data`, each key), which a plain `cp -r` refuses to
+        // overwrite ("File exists"), failing every config/post-interrupt stage on a real kubelet
+        // (upstream's `cp -r` has the same flaw). Symlinks stay symlinks (root_dir may need them).
         args: Some(vec![
             "-c".to_owned(),
-            "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
+            "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"
                 .to_owned(),
         ]),
         env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
@@ -582,7 +586,7 @@ mod tests {
             copy.args,
             Some(vec![
                 "-c".to_owned(),
-                "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"
+                "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"
                     .to_owned()
             ])
         );
