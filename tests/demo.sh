@@ -9,9 +9,19 @@
 #   7. watches the rollout reach complete on every node (every stage a Job pinned to its node),
 #   8. stops everything, also on Ctrl-C or failure.
 #
-# Usage: tests/demo.sh [--keep]   (--keep: leave the cluster and webhook running until Enter)
+# Usage: tests/demo.sh [--keep] [--real-node]
+#   --keep       leave the cluster and webhook running until Enter
+#   --real-node  the chart installed with helm on a real node (kubelet + containerd, needs root) and
+#                a package stage running for real: tests/demo-real-node.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+for arg in "$@"; do
+  if [[ "${arg}" == "--real-node" ]]; then
+    args=()
+    for a in "$@"; do [[ "${a}" == "--real-node" ]] || args+=("${a}"); done
+    exec tests/demo-real-node.sh "${args[@]}"
+  fi
+done
 repo="$(pwd)"
 keep=false
 [[ "${1:-}" == "--keep" ]] && keep=true
@@ -48,7 +58,7 @@ say "Starting the admission webhook on 127.0.0.1 (TLS, certificate from a fresh 
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 metrics_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 "${target}/nodewright-webhook" --listen "127.0.0.1:${port}" --metrics-listen "127.0.0.1:${metrics_port}" \
-  --tls-cert-file "${work}/tls/tls.crt" --tls-key-file "${work}/tls/tls.key" --log-format text \
+  --tls-cert-file "${work}/tls/tls.crt" --tls-key-file "${work}/tls/tls.key" --log-format text --shutdown-delay 0s \
   >"${work}/webhook.log" 2>&1 &
 webhook_pid=$!
 for _ in $(seq 1 150); do

@@ -53,6 +53,13 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_SHUTDOWN_GRACE", default_value = "25s")]
     pub shutdown_grace: String,
 
+    /// How long to keep accepting connections after SIGTERM, not ready, before draining (Go
+    /// duration): the time the apiserver needs to drop this pod from the Service's endpoints.
+    /// Without it, admissions routed to a pod scaled down are refused (failurePolicy Fail turns
+    /// that into a failed create/update).
+    #[arg(long, env = "WEBHOOK_SHUTDOWN_DELAY", default_value = "5s")]
+    pub shutdown_delay: String,
+
     /// Log format: `json` or `text`.
     #[arg(long, env = "LOG_FORMAT", default_value = "json")]
     pub log_format: String,
@@ -107,6 +114,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Drain time after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Time after SIGTERM during which connections are still accepted (readiness failing).
+    pub shutdown_delay: Duration,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -220,6 +229,12 @@ impl Args {
             &self.shutdown_grace,
             Duration::ZERO,
         );
+        let shutdown_delay = duration(
+            "shutdown-delay",
+            "WEBHOOK_SHUTDOWN_DELAY",
+            &self.shutdown_delay,
+            Duration::ZERO,
+        );
 
         if self.max_body_bytes < 64 * 1024 {
             problems.push(format!(
@@ -258,6 +273,7 @@ impl Args {
             tls_reload_interval,
             request_timeout,
             shutdown_grace,
+            shutdown_delay,
             log_format,
             defaults,
         ) {
@@ -268,6 +284,7 @@ impl Args {
                 Some(tls_reload_interval),
                 Some(request_timeout),
                 Some(shutdown_grace),
+                Some(shutdown_delay),
                 Some(log_format),
                 Some(defaults),
             ) if problems.is_empty() => Ok(Config {
@@ -278,6 +295,7 @@ impl Args {
                 max_body_bytes: self.max_body_bytes,
                 request_timeout,
                 shutdown_grace,
+                shutdown_delay,
                 log_format,
                 log_level: self.log_level,
                 defaults,

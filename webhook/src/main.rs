@@ -135,8 +135,15 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let server = tokio::spawn(serve_tls(listener, tls_config, app, limits, stop_rx));
 
     shutdown_signal().await;
-    info!("termination requested");
+    // Not ready from now on, but still accepting for the shutdown delay: the apiserver routes
+    // admissions to this pod until the endpoint removal reaches it, and a refused connection
+    // there is a failed create or update. A second signal cuts the delay short.
     ready.draining.store(true, Ordering::SeqCst);
+    info!(delay = ?config.shutdown_delay, "termination requested; not ready, still serving for the shutdown delay");
+    tokio::select! {
+        () = tokio::time::sleep(config.shutdown_delay) => {}
+        () = shutdown_signal() => info!("second termination signal: draining now"),
+    }
     let _ = stop_tx.send(true);
     let _ = server.await;
     let _ = metrics_server.await;
