@@ -40,8 +40,20 @@ SHELLSCRIPT_TAGS=(1.0.0 1.1.0 2.0.0)
 log() { echo "images/build.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# umoci, busybox-static, objcopy (binutils) and jq come from Debian's packages: installed when
+# missing and this runs as root with apt-get (a fresh CI machine), else named in the error.
+missing=()
+for pair in umoci:umoci objcopy:binutils jq:jq; do
+    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+done
+[ -x "$BUSYBOX" ] || missing+=(busybox-static)
+if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing ${missing[*]} from Debian's packages"
+    (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}") >&2 \
+        || die "installing ${missing[*]} failed"
+fi
 for tool in cargo umoci objcopy ldd sha256sum jq tar; do
-    command -v "$tool" >/dev/null || die "$tool is not installed"
+    command -v "$tool" >/dev/null || die "$tool is not installed (Debian: apt-get install umoci binutils jq busybox-static)"
 done
 [ -x "$BUSYBOX" ] || die "no busybox at $BUSYBOX (apt-get install busybox-static)"
 if ldd "$BUSYBOX" >/dev/null 2>&1; then
