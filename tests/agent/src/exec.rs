@@ -83,7 +83,13 @@ fn open_log(path: PathBuf) -> Result<File, ExecError> {
             source,
         })?;
     }
-    File::create(&path).map_err(|source| ExecError::Log {
+    // Appended, not truncated: names carry the time to the second only, and two steps of one
+    // package (apply, then apply-check in the next container) can start within the same second.
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|source| ExecError::Log {
         path: path.display().to_string(),
         source,
     })
