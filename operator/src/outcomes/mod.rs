@@ -347,13 +347,21 @@ async fn announce_timeout(
         ctx.config.jobs.namespace,
         job.name_any(),
     );
+    let related = crate::writes::job_ref(&ctx.config.jobs.namespace, &job.name_any());
     if let Some(nodewright) = ctx.nodewrights.get(&ObjectRef::new(&annotation.nodewright)) {
         ctx.events
-            .warn_on_nodewright(&nodewright, STAGE_TIMED_OUT, note.clone())
+            .warn_on_nodewright(
+                &nodewright,
+                STAGE_TIMED_OUT,
+                note.clone(),
+                Some(related.clone()),
+            )
             .await;
     }
     if let Some(node) = ctx.nodes.get(&ObjectRef::new(node)) {
-        ctx.events.warn_on_node(&node, STAGE_TIMED_OUT, note).await;
+        ctx.events
+            .warn_on_node(&node, STAGE_TIMED_OUT, note, Some(related))
+            .await;
     }
 }
 

@@ -321,7 +321,7 @@ async fn decide_and_act(
     let status = pass::finish(&input, &compartments, decision, results);
     if let Some((reason, message)) = newly_true(&old_status, &status, uninstall::DELETION_BLOCKED) {
         ctx.events
-            .warn_on_nodewright(nodewright, &reason, message)
+            .warn_on_nodewright(nodewright, &reason, message, None)
             .await;
     }
     let strategies = compartments
@@ -501,6 +501,7 @@ async fn write_status(
                 nodewright,
                 "State",
                 format!("NodeWright transitioned [{from}] -> [{to}]"),
+                None,
             )
             .await;
     }

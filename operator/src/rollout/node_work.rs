@@ -198,14 +198,23 @@ async fn announce_cleared(
     cleared: &[(&str, &str, Stage)],
 ) {
     let name = node.name_any();
-    for (package, version, stage) in cleared {
+    let jobs = timed_out_jobs(&nodewright.name_any(), &name, cleared);
+    for ((package, version, stage), job) in cleared.iter().zip(jobs) {
         let note = format!(
             "Package [{package}:{version}] stage [{stage}] on node [{name}] is no longer timed out: the stage runs again"
         );
+        let related = crate::writes::job_ref(&ctx.config.jobs.namespace, &job);
         ctx.events
-            .on_nodewright(nodewright, STAGE_TIMEOUT_CLEARED, note.clone())
+            .on_nodewright(
+                nodewright,
+                STAGE_TIMEOUT_CLEARED,
+                note.clone(),
+                Some(related.clone()),
+            )
             .await;
-        ctx.events.on_node(node, STAGE_TIMEOUT_CLEARED, note).await;
+        ctx.events
+            .on_node(node, STAGE_TIMEOUT_CLEARED, note, Some(related))
+            .await;
     }
 }
 
@@ -257,6 +266,7 @@ async fn execute(
                             node,
                             "Interrupt",
                             format!("draining node [{name}] for [nodewright:{nw}]"),
+                            None,
                         )
                         .await;
                     let d = super::drain::drain(
@@ -307,6 +317,7 @@ async fn execute(
                 })?
             }
         };
+        let job_name = job.name_any();
         super::job_ops::create(ctx, job).await?;
         let (package, stage) = match creation {
             Creation::Package { key, stage, .. } => (key.as_str(), *stage),
@@ -328,6 +339,7 @@ async fn execute(
                 nodewright,
                 reason,
                 format!("Applying package [{package}:{version}] to node [{name}] stage [{stage}]"),
+                Some(crate::writes::job_ref(&ctx.config.jobs.namespace, &job_name)),
             )
             .await;
     }

@@ -101,6 +101,7 @@ pub async fn reset_rebooted(
                 format!(
                     "node [{node_name}] rebooted: packages of [nodewright:{name}] are applied again"
                 ),
+                None,
             )
             .await;
     }

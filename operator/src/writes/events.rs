@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use nodewright_shared::api::NodeWright;
@@ -45,10 +45,11 @@ impl Events {
 
     async fn publish(
         &self,
-        reference: k8s_openapi::api::core::v1::ObjectReference,
+        reference: ObjectReference,
         type_: EventType,
         reason: &str,
         note: String,
+        related: Option<ObjectReference>,
     ) {
         if self.term.is_cancelled() {
             debug!(reason, "the leadership term ended; Event not sent");
@@ -79,34 +80,84 @@ impl Events {
             reason: reason.to_owned(),
             note: Some(note),
             action: reason.to_owned(),
-            secondary: None,
+            secondary: related,
         };
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             debug!(%error, reason, "publishing an Event failed");
         }
     }
 
-    /// A Normal Event on a NodeWright.
-    pub async fn on_nodewright(&self, nodewright: &NodeWright, reason: &str, note: String) {
-        self.publish(nodewright.object_ref(&()), EventType::Normal, reason, note)
-            .await;
+    /// A Normal Event on a NodeWright; `related`: the object it is about (see [`job_ref`]).
+    pub async fn on_nodewright(
+        &self,
+        nodewright: &NodeWright,
+        reason: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        self.publish(
+            nodewright.object_ref(&()),
+            EventType::Normal,
+            reason,
+            note,
+            related,
+        )
+        .await;
     }
 
     /// A Warning Event on a NodeWright (something a user must act on).
-    pub async fn warn_on_nodewright(&self, nodewright: &NodeWright, reason: &str, note: String) {
-        self.publish(nodewright.object_ref(&()), EventType::Warning, reason, note)
-            .await;
+    pub async fn warn_on_nodewright(
+        &self,
+        nodewright: &NodeWright,
+        reason: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        self.publish(
+            nodewright.object_ref(&()),
+            EventType::Warning,
+            reason,
+            note,
+            related,
+        )
+        .await;
     }
 
     /// A Warning Event on a node.
-    pub async fn warn_on_node(&self, node: &Node, reason: &str, note: String) {
-        self.publish(node.object_ref(&()), EventType::Warning, reason, note)
+    pub async fn warn_on_node(
+        &self,
+        node: &Node,
+        reason: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        self.publish(node.object_ref(&()), EventType::Warning, reason, note, related)
             .await;
     }
 
     /// A Normal Event on a node.
-    pub async fn on_node(&self, node: &Node, reason: &str, note: String) {
-        self.publish(node.object_ref(&()), EventType::Normal, reason, note)
+    pub async fn on_node(
+        &self,
+        node: &Node,
+        reason: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        self.publish(node.object_ref(&()), EventType::Normal, reason, note, related)
             .await;
+    }
+}
+
+/// The `related` object of an Event about one stage's Job. Events of one reason on one object form
+/// a single series (events.k8s.io keys a series by regarding, related, reason and action, not by the
+/// note), so without it the timeout of a second package on the same node would only raise the
+/// count of the first package's Event, and its note would never be seen.
+pub fn job_ref(namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("batch/v1".to_owned()),
+        kind: Some("Job".to_owned()),
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        ..ObjectReference::default()
     }
 }

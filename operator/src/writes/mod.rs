@@ -17,7 +17,7 @@ mod nodes;
 mod nodewrights;
 mod pods;
 
-pub use events::Events;
+pub use events::{Events, job_ref};
 pub use lease::LeaseWriter;
 pub use nodes::Unchanged;
 
