@@ -391,6 +391,29 @@ async fn install_admit_upgrade_uninstall() {
             true,
         ),
         (op_sa, vec!["list".into(), "pods".into(), "-A".into()], true),
+        // The last-logs evidence of a timed-out stage (found missing on the real node).
+        (
+            op_sa,
+            vec![
+                "get".into(),
+                "pods".into(),
+                "--subresource=log".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "get".into(),
+                "pods".into(),
+                "--subresource=log".into(),
+                "-n".into(),
+                "kube-system".into(),
+            ],
+            false,
+        ),
         (
             op_sa,
             vec!["delete".into(), "pods".into(), "-n".into(), ns.clone()],
