@@ -36,6 +36,32 @@ rn_sock() {
   echo "$(rn_root)/containerd/containerd.sock"
 }
 
+# The node's own mount namespace, kept by a bind mount of its nsfile. containerd, the kubelet and
+# every container live in it: `/` is made rshared there (package pods mount the host's `/` with
+# HostToContainer propagation, which needs a shared or slave `/`, and this machine's `/` is
+# private), and every mount they make stays in it and goes when it goes, leaving the host's
+# mount table as it was.
+rn_mntns() {
+  echo "$(rn_root)/ns/mnt"
+}
+
+rn_make_mntns() {
+  local dir
+  dir="$(dirname "$(rn_mntns)")"
+  mkdir -p "${dir}"
+  # An nsfile can only be bound on a private mount: make the directory one.
+  mount --bind "${dir}" "${dir}"
+  mount --make-private "${dir}"
+  touch "$(rn_mntns)"
+  unshare --mount="$(rn_mntns)" --propagation unchanged true
+  nsenter --mount="$(rn_mntns)" mount --make-rshared /
+}
+
+# rn_in_ns COMMAND...: runs COMMAND in the node's mount namespace.
+rn_in_ns() {
+  nsenter --mount="$(rn_mntns)" "$@"
+}
+
 # rn_prereqs: installs the Debian packages the node needs when a command is missing, and checks
 # the privileges it needs (root with CAP_SYS_ADMIN and CAP_NET_ADMIN, overlayfs, cgroup v1 or v2).
 rn_prereqs() {
@@ -224,8 +250,9 @@ rn_start() {
   echo "${name}" >"${root}/cluster"
   ip addr add "${RN_NODE_IP}/32" dev lo 2>/dev/null || true
   rn_make_cgroups
+  rn_make_mntns || cp_die "could not make the real node's mount namespace"
 
-  setsid containerd --config "${root}/containerd/config.toml" \
+  setsid nsenter --mount="$(rn_mntns)" containerd --config "${root}/containerd/config.toml" \
     </dev/null >>"${logs_dir}/containerd.log" 2>&1 8>&- &
   echo $! >"${root}/containerd.pid"
   rn_wait_socket "$(rn_sock)" 30 || cp_die "containerd did not start (see ${logs_dir}/containerd.log)"
@@ -235,7 +262,7 @@ rn_start() {
       || cp_die "importing the test images from ${NODEWRIGHT_IMAGES_DIR} failed (see ${logs_dir}/images.log)"
   fi
 
-  setsid "${bin_dir}/kubelet" \
+  setsid nsenter --mount="$(rn_mntns)" "${bin_dir}/kubelet" \
     --config="${root}/kubelet/config.yaml" \
     --kubeconfig="${root}/kubelet/kubeconfig.yaml" \
     --root-dir="${root}/kubelet/root" \
@@ -298,7 +325,11 @@ rn_cleanup() {
     umount "${ns}" 2>/dev/null || umount -l "${ns}" 2>/dev/null || true
     rm -f "${ns}"
   done
-  # Mounts under the node's root (overlay rootfs, shm, secrets, ...), deepest first.
+  # The node's mount namespace goes with its last process and its nsfile's bind mount; with it go
+  # every mount containerd and the kubelet made there.
+  umount "$(rn_mntns)" 2>/dev/null || umount -l "$(rn_mntns)" 2>/dev/null || true
+  umount "$(dirname "$(rn_mntns)")" 2>/dev/null || umount -l "$(dirname "$(rn_mntns)")" 2>/dev/null || true
+  # Mounts under the node's root on the host (none unless a run predates the namespace), deepest first.
   while read -r mnt; do
     umount "${mnt}" 2>/dev/null || umount -l "${mnt}" 2>/dev/null || true
   done < <(awk -v r="${root}/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r)
@@ -311,8 +342,8 @@ rn_cleanup() {
   rm -rf /var/lib/kubelet/device-plugins /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins \
     /var/lib/kubelet/pod-resources /var/log/containers /var/log/pods /var/lib/cni/results \
     /var/lib/cni/networks/nodewright-realnode /run/containerd/s /run/containerd/io.containerd.runtime.v2.task \
-    /run/containerd/runc
-  rmdir /var/lib/kubelet /var/lib/cni/networks /var/lib/cni /run/containerd 2>/dev/null || true
+    /run/containerd/runc /run/containerd/fifo
+  rmdir /var/lib/kubelet /var/lib/cni/networks /var/lib/cni /run/containerd /var/run/netns 2>/dev/null || true
   rm -rf "${root}"
   rm -f "$(rn_lock_file).owner"
 }
