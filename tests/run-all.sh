@@ -2,8 +2,10 @@
 # Runs every test of the project, the way CI does:
 #   1. builds the local control plane's binaries from their Go modules (cached; minutes the first time),
 #   2. checks formatting, lint and that generated files (crds/) match their generator,
-#   3. runs `cargo test --workspace`: unit tests, property tests, and the end-to-end suites, which
-#      start real local clusters (etcd + kube-apiserver + kube-controller-manager + kwok) themselves.
+#   3. builds the test images (as root), for the suite that runs on a real node,
+#   4. runs `cargo test --workspace`: unit tests, property tests, and the end-to-end suites, which
+#      start real local clusters (etcd + kube-apiserver + kube-controller-manager + kwok, and one
+#      real kubelet + containerd node for real_node.rs) themselves.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,6 +22,16 @@ cargo run --quiet -p nodewright-shared --bin crdgen -- --check crds chart/files/
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+# The real node (a kubelet with containerd, next to the kwok nodes) needs root and the test images;
+# tests/e2e/tests/real_node.rs runs the chart and real package stages on it when they are there.
+if [[ "$(id -u)" == 0 && "${NODEWRIGHT_REAL_NODE_TESTS:-1}" != 0 ]]; then
+  step "building the images for the real node (operator, webhook, test agent and packages, pause)"
+  eval "$(tests/images/build.sh | tail -n 1)"
+  export NODEWRIGHT_IMAGES_DIR
+else
+  step "no real node: not root, or NODEWRIGHT_REAL_NODE_TESTS=0 (real_node.rs will say it skipped)"
+fi
 
 step "cargo test --workspace"
 cargo test --workspace

@@ -42,6 +42,15 @@ pub const ENV_EXTERNAL_KUBECONFIG: &str = "NODEWRIGHT_E2E_KUBECONFIG";
 /// applied (see `tests/README.md`); only then do tests that need [`PodFate`]s run against it.
 pub const ENV_EXTERNAL_KWOK: &str = "NODEWRIGHT_E2E_KWOK";
 
+/// Name of a node of the external cluster that runs real containers (what
+/// [`ClusterOptions::real_node`] starts locally), for the suites that need one.
+pub const ENV_EXTERNAL_REAL_NODE: &str = "NODEWRIGHT_E2E_REAL_NODE";
+
+/// Directory of the test images built by `tests/images/build.sh` (its last output line exports
+/// it). The real-node suites run only when it is set (tests/run-all.sh sets it); without it they
+/// say so and pass, so a plain `cargo test` needs neither root nor the images.
+pub const ENV_IMAGES_DIR: &str = "NODEWRIGHT_IMAGES_DIR";
+
 /// Label that selects a pod's fate on the fake nodes (value: a [`Fate`]).
 pub const FATE_LABEL: &str = "nodewright.test/fate";
 /// Annotation: Go duration (`"2s"`) or RFC 3339 time before the fate happens.
@@ -274,6 +283,11 @@ pub struct ClusterOptions {
     /// turns this off and calls [`Cluster::install_crds`], so a broken CRD fails that test
     /// only, not the start of every test that shares the cluster.
     pub install_crds: bool,
+    /// Also start the machine's one real node (`up.sh --real-node`): a kubelet with containerd
+    /// running real containers, named by [`Cluster::real_node`]. Needs root; the test images are
+    /// imported into it from `NODEWRIGHT_IMAGES_DIR` (tests/images/build.sh). A second cluster
+    /// asking for it waits until the first one's is torn down.
+    pub real_node: bool,
 }
 
 impl Default for ClusterOptions {
@@ -283,6 +297,7 @@ impl Default for ClusterOptions {
             name: None,
             timeout: Duration::from_secs(300),
             install_crds: true,
+            real_node: false,
         }
     }
 }
@@ -295,6 +310,8 @@ pub struct Cluster {
     logs_dir: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
     nodes: Vec<String>,
+    real_node: Option<String>,
+    real_node_host_dir: Option<PathBuf>,
     pod_fates: bool,
     /// Whether dropping this value stops the cluster (local clusters not held in a static).
     teardown: bool,
@@ -377,6 +394,9 @@ impl Cluster {
         if !options.install_crds {
             command.arg("--no-crds");
         }
+        if options.real_node {
+            command.arg("--real-node");
+        }
         command
             .arg("--name")
             .arg(&name)
@@ -433,7 +453,14 @@ impl Cluster {
         let mut kubeconfig = None;
         let mut logs_dir = None;
         let mut bin_dir = None;
+        let mut real_node = None;
+        let mut real_node_host_dir = None;
         for line in stdout.lines() {
+            if let Some(node) = line.strip_prefix("export NODEWRIGHT_REAL_NODE=") {
+                real_node = Some(node.trim().to_owned());
+            } else if let Some(dir) = line.strip_prefix("export NODEWRIGHT_REAL_NODE_HOST_DIR=") {
+                real_node_host_dir = Some(PathBuf::from(dir.trim()));
+            }
             if let Some(path) = line.strip_prefix("export KUBECONFIG=") {
                 kubeconfig = Some(PathBuf::from(path.trim()));
             } else if let Some(path) = line.strip_prefix("export NODEWRIGHT_LOGS_DIR=") {
@@ -456,6 +483,8 @@ impl Cluster {
             nodes: (0..options.nodes)
                 .map(|i| format!("kwok-node-{i}"))
                 .collect(),
+            real_node,
+            real_node_host_dir,
             pod_fates: true,
             teardown: true,
         })
@@ -490,6 +519,8 @@ impl Cluster {
             logs_dir: None,
             bin_dir: None,
             nodes: Vec::new(),
+            real_node: std::env::var(ENV_EXTERNAL_REAL_NODE).ok(),
+            real_node_host_dir: None,
             pod_fates,
             teardown: false,
         };
@@ -592,7 +623,20 @@ impl Cluster {
         format!("cluster {} (logs: {})", self.name, self.logs_text())
     }
 
-    /// Names of the fake nodes (for an external cluster without kwok: its first nodes).
+    /// The real node (a kubelet running real containers), when the cluster has one: started with
+    /// [`ClusterOptions::real_node`], or named by [`ENV_EXTERNAL_REAL_NODE`] for an external cluster.
+    pub fn real_node(&self) -> Option<&str> {
+        self.real_node.as_deref()
+    }
+
+    /// A host directory that is removed with the real node, for what package stages write on the
+    /// host (copy and log roots), so a test leaves nothing on the machine.
+    pub fn real_node_host_dir(&self) -> Option<&Path> {
+        self.real_node_host_dir.as_deref()
+    }
+
+    /// Names of the fake nodes (for an external cluster without kwok: its first nodes); the real
+    /// node is not among them.
     pub fn node_names(&self) -> &[String] {
         &self.nodes
     }

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The NodeWright demo on a real node (tests/demo.sh --real-node): the chart installed with helm, its
+# operator and webhook running as real containers, and a package stage running for real.
+#   1. builds the control plane (cached) and the images (operator, webhook, test agent, test
+#      package, pause) from the workspace's binaries, with umoci (no daemon, no registry),
+#   2. starts a local control plane with 2 kwok nodes and one real node (kubelet + containerd,
+#      needs root) and imports the images into the real node's containerd,
+#   3. `helm install`s the chart: the operator elects a leader, the webhook serves 2 replicas behind
+#      its Service, the operator issues the webhook's certificate,
+#   4. shows a bad NodeWright denied by the in-cluster webhook,
+#   5. applies a NodeWright whose package runs on the real node through the test agent and shows
+#      the stage's real logs (`kubectl logs`) and the node state the operator recorded,
+#   6. uninstalls and stops everything, also on Ctrl-C or failure.
+#
+# Usage: tests/demo-real-node.sh [--keep]   (--keep: leave everything running until Enter)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+keep=false
+[[ "${1:-}" == "--keep" ]] && keep=true
+[[ "$(id -u)" == 0 ]] || { echo "the real node needs root (it runs containerd and a kubelet)" >&2; exit 1; }
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+
+name="nodewright-demo-real-$$"
+work="$(mktemp -d)"
+cleanup() {
+  set +e
+  tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1
+  rm -rf "${work}"
+}
+trap cleanup EXIT INT TERM
+
+say "Building the local control plane (first run: several minutes) and the images"
+bin_dir="$(tests/controlplane/build.sh | tail -n 1)"
+export PATH="${bin_dir}:${PATH}"
+eval "$(tests/images/build.sh | tail -n 1)"
+export NODEWRIGHT_IMAGES_DIR
+
+say "Starting a local control plane with 2 kwok nodes and one real node"
+eval "$(tests/controlplane/up.sh --name "${name}" --nodes 2 --real-node --no-crds)"
+run kubectl get nodes -o wide
+real="${NODEWRIGHT_REAL_NODE}"
+port="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}' | sed 's/.*://')"
+
+say "helm install: the chart's operator and webhook as real containers on ${real}"
+cat >"${work}/values.yaml" <<EOF
+operator:
+  image: {repository: nodewright.test/nodewright-operator, tag: dev, pullPolicy: Never}
+  agentImage: nodewright.test/agent:dev
+  pauseImage: nodewright.test/pause:dev
+  packageImagePullPolicy: Never
+  copyDirRoot: ${NODEWRIGHT_REAL_NODE_HOST_DIR}/lib
+  agentLogRoot: ${NODEWRIGHT_REAL_NODE_HOST_DIR}/log
+  logFormat: text
+  nodeSelector: {kubernetes.io/hostname: ${real}}
+  # No kube-proxy on this machine: point the pods at the apiserver directly.
+  extraEnv:
+    - {name: KUBERNETES_SERVICE_HOST, value: "${NODEWRIGHT_REAL_NODE_IP}"}
+    - {name: KUBERNETES_SERVICE_PORT, value: "${port}"}
+webhook:
+  image: {repository: nodewright.test/nodewright-webhook, tag: dev, pullPolicy: Never}
+  nodeSelector: {kubernetes.io/hostname: ${real}}
+  extraEnv:
+    - {name: KUBERNETES_SERVICE_HOST, value: "${NODEWRIGHT_REAL_NODE_IP}"}
+    - {name: KUBERNETES_SERVICE_PORT, value: "${port}"}
+defaults: {jobBackoffLimit: 1}
+crds: {keep: false}
+EOF
+run kubectl create namespace nodewright
+run helm install nw chart -n nodewright -f "${work}/values.yaml"
+run kubectl -n nodewright rollout status deploy/nw-nodewright-operator --timeout=180s
+run kubectl -n nodewright rollout status deploy/nw-nodewright-webhook --timeout=180s
+run kubectl -n nodewright get pods -o wide
+run kubectl -n nodewright get lease -o custom-columns=LEASE:.metadata.name,HOLDER:.spec.holderIdentity
+# The webhook serves once the operator has issued its certificate and injected the caBundle.
+for _ in $(seq 1 120); do
+  kubectl get validatingwebhookconfiguration -l app.kubernetes.io/instance=nw \
+    -o jsonpath='{.items[0].webhooks[0].clientConfig.caBundle}' 2>/dev/null | grep -q . && break
+  sleep 1
+done
+
+say "A bad NodeWright is denied by the in-cluster webhook"
+printf '$ kubectl apply -f examples/invalid/depends-on-cycle.yaml\n'
+if kubectl apply -f examples/invalid/depends-on-cycle.yaml 2>&1; then
+  echo "UNEXPECTED: examples/invalid/depends-on-cycle.yaml was admitted" >&2; exit 1
+fi
+
+say "A package stage running for real on ${real} (the test agent runs the package's script on the host)"
+cat >"${work}/nodewright.yaml" <<EOF
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: real-demo
+spec:
+  nodeSelectors:
+    matchLabels: {kubernetes.io/hostname: ${real}}
+  packages:
+    hello:
+      version: 1.0.0
+      image: nodewright.test/shellscript
+      configMap:
+        apply.sh: |
+          echo "hello from \$(hostname), kernel \$(uname -r)"
+          echo "installing pretend drivers"; sleep 2; echo "done"
+EOF
+run kubectl apply -f "${work}/nodewright.yaml"
+deadline=$(( $(date +%s) + 180 ))
+until [[ "$(kubectl get nw real-demo -o jsonpath='{.status.status}' 2>/dev/null)" == "complete" ]]; do
+  (( $(date +%s) < deadline )) || { kubectl -n nodewright get jobs,pods -o wide; echo "the stage did not complete" >&2; exit 1; }
+  sleep 1
+done
+run kubectl get nw real-demo
+run kubectl -n nodewright get jobs -L nodewright.nvidia.com/package,nodewright.nvidia.com/stage
+job="$(kubectl -n nodewright get jobs -l nodewright.nvidia.com/name=real-demo,nodewright.nvidia.com/stage=apply -o jsonpath='{.items[0].metadata.name}')"
+pod="$(kubectl -n nodewright get pods -l "job-name=${job}" -o jsonpath='{.items[0].metadata.name}')"
+container="$(kubectl -n nodewright get pod "${pod}" -o jsonpath='{.spec.initContainers[1].name}')"
+run kubectl -n nodewright logs "${pod}" -c "${container}"
+run kubectl get node "${real}" -o jsonpath='{.metadata.annotations.nodewright\.nvidia\.com/nodeState_real-demo}{"\n"}'
+
+if ${keep}; then
+  say "Everything keeps running; KUBECONFIG=${KUBECONFIG}. Press Enter to stop."
+  read -r _ || true
+fi
+say "Uninstalling and stopping everything"
+run kubectl delete nw real-demo --wait=true --timeout=120s
+run helm uninstall nw -n nodewright --wait --timeout=180s
