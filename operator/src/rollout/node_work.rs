@@ -339,7 +339,10 @@ async fn execute(
                 nodewright,
                 reason,
                 format!("Applying package [{package}:{version}] to node [{name}] stage [{stage}]"),
-                Some(crate::writes::job_ref(&ctx.config.jobs.namespace, &job_name)),
+                Some(crate::writes::job_ref(
+                    &ctx.config.jobs.namespace,
+                    &job_name,
+                )),
             )
             .await;
     }

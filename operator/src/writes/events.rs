@@ -131,8 +131,14 @@ impl Events {
         note: String,
         related: Option<ObjectReference>,
     ) {
-        self.publish(node.object_ref(&()), EventType::Warning, reason, note, related)
-            .await;
+        self.publish(
+            node.object_ref(&()),
+            EventType::Warning,
+            reason,
+            note,
+            related,
+        )
+        .await;
     }
 
     /// A Normal Event on a node.
@@ -143,8 +149,14 @@ impl Events {
         note: String,
         related: Option<ObjectReference>,
     ) {
-        self.publish(node.object_ref(&()), EventType::Normal, reason, note, related)
-            .await;
+        self.publish(
+            node.object_ref(&()),
+            EventType::Normal,
+            reason,
+            note,
+            related,
+        )
+        .await;
     }
 }
 

@@ -90,9 +90,9 @@ fn open_log(path: PathBuf) -> Result<File, ExecError> {
         .append(true)
         .open(&path)
         .map_err(|source| ExecError::Log {
-        path: path.display().to_string(),
-        source,
-    })
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// Copies `input` line by line to our stdout or stderr and to `file`, each line timestamped and
