@@ -130,6 +130,30 @@ impl Real<'_> {
         serde_json::from_str(&self.kubectl(&all).await).expect("kubectl -o json")
     }
 
+    /// The `items` of a `kubectl get ... -o json` list.
+    async fn items(&self, args: &[&str]) -> Vec<Value> {
+        match self.json(args).await {
+            Value::Object(mut list) => match list.remove("items") {
+                Some(Value::Array(items)) => items,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// The pods of release REL in the release namespace.
+    async fn release_pods(&self) -> Vec<Value> {
+        self.items(&[
+            "get",
+            "pods",
+            "-n",
+            &self.ns,
+            "-l",
+            &format!("app.kubernetes.io/instance={REL}"),
+        ])
+        .await
+    }
+
     async fn wait<T, F, Fut>(&self, what: &str, probe: F) -> T
     where
         F: FnMut() -> Fut,
@@ -231,20 +255,9 @@ impl Real<'_> {
     }
 
     async fn ready_pods(&self, deployment: &str) -> Vec<Value> {
-        let pods = self
-            .json(&[
-                "get",
-                "pods",
-                "-n",
-                &self.ns,
-                "-l",
-                &format!("app.kubernetes.io/instance={REL}"),
-            ])
-            .await;
-        pods["items"]
-            .as_array()
+        self.release_pods()
+            .await
             .into_iter()
-            .flatten()
             .filter(|p| {
                 p["metadata"]["name"]
                     .as_str()
@@ -256,7 +269,6 @@ impl Real<'_> {
                         .flatten()
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")
             })
-            .cloned()
             .collect()
     }
 
@@ -273,24 +285,20 @@ impl Real<'_> {
 
     /// The webhook Service's ready endpoint addresses.
     async fn webhook_endpoints(&self) -> BTreeSet<String> {
-        let slices = self
-            .json(&[
-                "get",
-                "endpointslices",
-                "-n",
-                &self.ns,
-                "-l",
-                &format!("kubernetes.io/service-name={}", self.webhook),
-            ])
-            .await;
-        slices["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
-            .filter(|e| e["conditions"]["ready"] == true)
-            .filter_map(|e| e["addresses"][0].as_str().map(str::to_owned))
-            .collect()
+        self.items(&[
+            "get",
+            "endpointslices",
+            "-n",
+            &self.ns,
+            "-l",
+            &format!("kubernetes.io/service-name={}", self.webhook),
+        ])
+        .await
+        .into_iter()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["conditions"]["ready"] == true)
+        .filter_map(|e| e["addresses"][0].as_str().map(str::to_owned))
+        .collect()
     }
 
     /// Step 2: helm install, for real.
@@ -329,11 +337,9 @@ impl Real<'_> {
             .collect();
         let leader = self
             .wait("an operator pod holding the Lease", || async {
-                let leases = self.json(&["get", "leases", "-n", &self.ns]).await;
-                Ok(leases["items"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                let leases = self.items(&["get", "leases", "-n", &self.ns]).await;
+                Ok(leases
+                    .iter()
                     .filter_map(|l| l["spec"]["holderIdentity"].as_str())
                     .find(|h| names.contains(*h))
                     .map(str::to_owned))
@@ -352,15 +358,14 @@ impl Real<'_> {
         })
         .await;
         self.wait("caBundle injected by the operator", || async {
-            let hooks = self
-                .json(&[
+            let items = self
+                .items(&[
                     "get",
                     "validatingwebhookconfigurations,mutatingwebhookconfigurations",
                     "-l",
                     &format!("app.kubernetes.io/instance={REL}"),
                 ])
                 .await;
-            let items = hooks["items"].as_array().cloned().unwrap_or_default();
             Ok((items.len() == 2
                 && items.iter().all(|h| {
                     h["webhooks"].as_array().into_iter().flatten().all(|w| {
@@ -596,7 +601,7 @@ impl Real<'_> {
         .await;
         self.wait("the third webhook pod gone", || async {
             let pods = self
-                .json(&[
+                .items(&[
                     "get",
                     "pods",
                     "-n",
@@ -605,7 +610,7 @@ impl Real<'_> {
                     "app.kubernetes.io/component=webhook",
                 ])
                 .await;
-            Ok((pods["items"].as_array().map_or(0, Vec::len) == 2).then_some(()))
+            Ok((pods.len() == 2).then_some(()))
         })
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -630,7 +635,7 @@ impl Real<'_> {
     }
 
     async fn jobs_of(&self, nodewright: &str) -> Vec<Value> {
-        self.json(&[
+        self.items(&[
             "get",
             "jobs",
             "-n",
@@ -638,14 +643,11 @@ impl Real<'_> {
             "-l",
             &format!("nodewright.nvidia.com/name={nodewright}"),
         ])
-        .await["items"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
+        .await
     }
 
     async fn pods_of_job(&self, job: &str) -> Vec<Value> {
-        self.json(&[
+        self.items(&[
             "get",
             "pods",
             "-n",
@@ -653,10 +655,7 @@ impl Real<'_> {
             "-l",
             &format!("job-name={job}"),
         ])
-        .await["items"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
+        .await
     }
 
     async fn wait_timed_out_job(&self, nodewright: &str, package: &str) -> Value {
@@ -680,10 +679,7 @@ impl Real<'_> {
             Some(ns) => args.extend(["-n", ns]),
             None => args.push("-A"),
         }
-        self.json(&args).await["items"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
+        self.items(&args).await
     }
 
     /// Step 6: Real stages: success, exit 3, and a hang killed at its deadline.
@@ -938,13 +934,9 @@ impl Real<'_> {
         self.apply(&workload).await.expect("workload");
         self.apply(&pdb).await.expect("pdb");
         let on_real = || async {
-            let pods = self
-                .json(&["get", "pods", "-n", "default", "-l", "app=workload"])
-                .await;
-            pods["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            self.items(&["get", "pods", "-n", "default", "-l", "app=workload"])
+                .await
+                .iter()
                 .filter(|p| {
                     p["spec"]["nodeName"] == self.node.as_str()
                         && p["status"]["phase"] == "Running"
@@ -1124,7 +1116,7 @@ impl Real<'_> {
         );
         // Nothing of the release runs on the real node any more.
         let pods = self
-            .json(&[
+            .items(&[
                 "get",
                 "pods",
                 "-A",
@@ -1132,7 +1124,7 @@ impl Real<'_> {
                 &format!("spec.nodeName={}", self.node),
             ])
             .await;
-        assert_eq!(pods["items"].as_array().map_or(0, Vec::len), 0, "{pods}");
+        assert!(pods.is_empty(), "{pods:#?}");
     }
 }
 
