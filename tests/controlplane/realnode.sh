@@ -28,8 +28,12 @@ rn_root() {
   echo "$(cp_cache_root)/realnode"
 }
 
+# Machine-wide, not per cache: two checkouts with different NODEWRIGHT_CACHE still share the
+# kubelet's fixed paths, the bridge and the node address.
 rn_lock_file() {
-  echo "$(cp_cache_root)/realnode.lock"
+  local dir=/run/lock
+  [[ -d "${dir}" && -w "${dir}" ]] || dir=/tmp
+  echo "${dir}/nodewright-realnode.lock"
 }
 
 rn_sock() {
