@@ -22,7 +22,8 @@ RN_POD_SUBNET="10.254.0.0/24"
 RN_BRIDGE="nwbr0"
 RN_CGROUP_ROOT="/nodewright-realnode"
 RN_NODE_NAME="${NODEWRIGHT_REAL_NODE_NAME:-real-node-0}"
-RN_APT_PACKAGES=(containerd runc containernetworking-plugins umoci busybox-static)
+# openssl: the real-node suite reads the certificate each webhook pod serves with s_client.
+RN_APT_PACKAGES=(containerd runc containernetworking-plugins umoci busybox-static openssl)
 
 rn_root() {
   echo "$(cp_cache_root)/realnode"
@@ -71,7 +72,7 @@ rn_in_ns() {
 rn_prereqs() {
   [[ "$(id -u)" == 0 ]] || cp_die "--real-node needs root (it runs containerd and a kubelet)"
   local missing=false cmd
-  for cmd in containerd containerd-shim-runc-v2 runc umoci busybox; do
+  for cmd in containerd containerd-shim-runc-v2 runc umoci busybox openssl ip nsenter unshare; do
     command -v "${cmd}" >/dev/null || missing=true
   done
   [[ -x /usr/lib/cni/bridge ]] || missing=true
