@@ -334,13 +334,6 @@ rn_cleanup() {
   # every mount containerd and the kubelet made there.
   umount "$(rn_mntns)" 2>/dev/null || umount -l "$(rn_mntns)" 2>/dev/null || true
   umount "$(dirname "$(rn_mntns)")" 2>/dev/null || umount -l "$(dirname "$(rn_mntns)")" 2>/dev/null || true
-  # Mounts under the node's root on the host (none unless a run predates the namespace), deepest first.
-  while read -r mnt; do
-    umount "${mnt}" 2>/dev/null || umount -l "${mnt}" 2>/dev/null || true
-  done < <(awk -v r="${root}/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r)
-  while read -r mnt; do
-    umount "${mnt}" 2>/dev/null || umount -l "${mnt}" 2>/dev/null || true
-  done < <(awk 'index($2, "/run/containerd/") == 1 { print $2 }' /proc/mounts | sort -r)
   ip link del "${RN_BRIDGE}" 2>/dev/null || true
   ip addr del "${RN_NODE_IP}/32" dev lo 2>/dev/null || true
   # The kubelet's and libcni's fixed host paths (see the header).

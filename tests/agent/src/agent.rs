@@ -724,13 +724,7 @@ pub fn main_with(args: &[String], env: &BTreeMap<String, String>, term: &AtomicB
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::env::env_map as env;
 
     #[test]
     fn env_substitution() {

@@ -104,16 +104,19 @@ impl AgentEnv {
     }
 }
 
+/// An environment map from pairs, for the crate's tests.
+#[cfg(test)]
+pub(crate) fn env_map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    use super::env_map as env;
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn resource_id_has_three_parts() {
