@@ -12,6 +12,8 @@
 //! - [`outcomes`]: the Job/Pod reconciler that records outcomes in node state, and the `last-logs`
 //!   evidence;
 //! - [`metrics`]: the `nodewright_*` metrics served at `/metrics`;
+//! - [`preview`]: the command line's window: a rollout preview from the same pure planner, and the
+//!   pure node-state pieces `kubectl nodewright` writes with;
 //! - [`webhook_certs`]: the webhook's CA, serving certificate and caBundle (leader only);
 //! - [`run::run`]: wires the caches, leader election and, per leadership term, the reconcilers.
 //!
@@ -25,6 +27,7 @@ pub mod metrics;
 pub(crate) mod naming;
 pub(crate) mod node;
 pub(crate) mod outcomes;
+pub mod preview;
 pub(crate) mod rollout;
 pub mod run;
 pub mod runtime;

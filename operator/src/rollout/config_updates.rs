@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
 use nodewright_shared::api::{Interrupt, NodeWright, Package};
 use nodewright_shared::glob;
@@ -133,19 +133,23 @@ pub fn merged_keys(
     keys.into_iter().collect()
 }
 
-/// Detects config changes, records them (`status.configUpdates`, in the API and in `nodewright`),
-/// queues the reruns on `nodes` (the NodeWright's selected nodes), then writes the package
-/// ConfigMaps. A change is held back (its ConfigMap not written) while a node is inside that
-/// package's interrupt. Returns whether `status.configUpdates` was written (the caller then ends the
-/// pass: the status it computed would be for the object as it was before that write).
-pub async fn sync(
-    ctx: &Context,
-    nodewright: &mut NodeWright,
-    nodes: &[Arc<Node>],
-) -> Result<bool, ReconcileError> {
+/// What the config-update step decides from the package ConfigMaps as they are (`existing`) and
+/// the node states of the selected nodes, without writing: the new `status.configUpdates`, the
+/// `(package, version)` whose config stage reruns on every node ([`queue`]), and the ConfigMaps held
+/// back (a node is inside that package's stage).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Detected {
+    /// `status.configUpdates` after the step.
+    pub updates: BTreeMap<String, Vec<String>>,
+    /// Package versions whose config stage reruns.
+    pub changes: Vec<(String, String)>,
+    /// ConfigMaps not written yet.
+    pub hold: BTreeSet<String>,
+}
+
+/// Detects the config changes of `nodewright` (see [`Detected`]).
+pub fn detect(nodewright: &NodeWright, existing: &[ConfigMap], states: &[NodeState]) -> Detected {
     let name = nodewright.name_any();
-    let namespace = ctx.config.jobs.namespace.as_str();
-    let existing = configmaps::list_package_configmaps(&ctx.client, namespace, &name).await?;
     let previous = nodewright
         .status
         .as_ref()
@@ -160,7 +164,6 @@ pub async fn sync(
             .get(p)
             .is_some_and(|p| !p.config_map.is_empty())
     });
-    let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
     let mut hold = BTreeSet::new();
     let mut changes: Vec<(String, String)> = Vec::new();
     for (cm_name, (package, version, data)) in
@@ -193,6 +196,37 @@ pub async fn sync(
         updates.insert(package.clone(), keys);
         changes.push((package, version));
     }
+    Detected {
+        updates,
+        changes,
+        hold,
+    }
+}
+
+/// Detects config changes ([`detect`]), records them (`status.configUpdates`, in the API and in
+/// `nodewright`), queues the reruns on `nodes` (the NodeWright's selected nodes), then writes the
+/// package ConfigMaps. A change is held back (its ConfigMap not written) while a node is inside that
+/// package's interrupt. Returns whether `status.configUpdates` was written (the caller then ends the
+/// pass: the status it computed would be for the object as it was before that write).
+pub async fn sync(
+    ctx: &Context,
+    nodewright: &mut NodeWright,
+    nodes: &[Arc<Node>],
+) -> Result<bool, ReconcileError> {
+    let name = nodewright.name_any();
+    let namespace = ctx.config.jobs.namespace.as_str();
+    let existing = configmaps::list_package_configmaps(&ctx.client, namespace, &name).await?;
+    let previous = nodewright
+        .status
+        .as_ref()
+        .map(|s| s.config_updates.clone())
+        .unwrap_or_default();
+    let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
+    let Detected {
+        updates,
+        changes,
+        hold,
+    } = detect(nodewright, &existing, &states);
     let written = updates != previous;
     if written {
         // The record comes first (see the module doc): the current status with the new updates.

@@ -31,7 +31,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Toleration};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
@@ -43,6 +44,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
+use crate::jobs::RuntimeTaint;
 use crate::jobs::read::JobIndex;
 use crate::metrics::state::{self as state_metrics, Outcome};
 use crate::naming;
@@ -176,15 +178,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     let selection = NodeSelection::of(&nw)?;
     // One snapshot of the node cache per pass: the selection and the priority gates read it.
     let every_node = ctx.nodes.state();
-    let mut nodes: Vec<Arc<Node>> = every_node
-        .iter()
-        .filter(|n| selection.matches(n.labels()))
-        .cloned()
-        .collect();
-    nodes.sort_by(|a, b| {
-        (&a.metadata.creation_timestamp, a.metadata.name.as_deref())
-            .cmp(&(&b.metadata.creation_timestamp, b.metadata.name.as_deref()))
-    });
+    let nodes = selected_nodes(&selection, &every_node);
     let all_nodewrights: Vec<NodeWright> = ctx
         .nodewrights
         .state()
@@ -211,15 +205,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         return again(Action::requeue(Duration::from_secs(1)));
     }
 
-    let label = naming::label_value(&name);
-    let every_job = ctx.jobs.state();
-    let jobs = JobIndex::with_fleet(
-        every_job
-            .iter()
-            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label))
-            .cloned(),
-        &every_job,
-    );
+    let jobs = own_jobs(&name, &ctx.jobs.state());
     job_ops::set_suspended(ctx, &jobs, paused).await?;
     if !paused && job_ops::replace_drifted(ctx, &nw, &jobs).await? > 0 {
         // The deletions are events; plan again on the Jobs that remain.
@@ -243,11 +229,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         Some(policy) => match ctx.deployment_policy(policy) {
             // An unsynced store would read as "policy missing" and block the rollout for nothing.
             PolicyLookup::NotSynced => return again(Action::requeue(Duration::from_millis(500))),
-            PolicyLookup::Found(found) => {
-                let mut p = DeploymentPolicy::clone(&found);
-                nodewright_shared::defaults::default_deployment_policy(&mut p.spec);
-                (Some(p), None)
-            }
+            PolicyLookup::Found(found) => (Some(defaulted_policy(&found)), None),
             PolicyLookup::Missing => (None, Some(policy.to_owned())),
         },
     };
@@ -263,6 +245,80 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         policy,
         missing_policy,
     })))
+}
+
+/// The nodes `selection` picks from `every_node`, in rollout order: creation time, then name.
+pub(crate) fn selected_nodes(
+    selection: &NodeSelection,
+    every_node: &[Arc<Node>],
+) -> Vec<Arc<Node>> {
+    let mut nodes: Vec<Arc<Node>> = every_node
+        .iter()
+        .filter(|n| selection.matches(n.labels()))
+        .cloned()
+        .collect();
+    nodes.sort_by(|a, b| {
+        (&a.metadata.creation_timestamp, a.metadata.name.as_deref())
+            .cmp(&(&b.metadata.creation_timestamp, b.metadata.name.as_deref()))
+    });
+    nodes
+}
+
+/// The Jobs of the NodeWright `name` (by its name label) among `every_job` (every Job the operator
+/// owns), and the nodes busy with a package Job of any NodeWright.
+pub(crate) fn own_jobs(name: &str, every_job: &[Arc<Job>]) -> JobIndex {
+    let label = naming::label_value(name);
+    JobIndex::with_fleet(
+        every_job
+            .iter()
+            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label))
+            .cloned(),
+        every_job,
+    )
+}
+
+/// A DeploymentPolicy as the pass reads it: with the defaults admission would have filled in.
+pub(crate) fn defaulted_policy(found: &DeploymentPolicy) -> DeploymentPolicy {
+    let mut p = found.clone();
+    nodewright_shared::defaults::default_deployment_policy(&mut p.spec);
+    p
+}
+
+/// What a pass decides with besides the NodeWright, its nodes and its Jobs.
+pub(crate) struct PassParts<'a> {
+    /// The earlier NodeWrights that can hold a node back.
+    pub gates: Vec<priority::Gate<'a>>,
+    /// The taints the NodeWright's packages tolerate.
+    pub tolerations: Vec<Toleration>,
+    /// Its compartments, each with its nodes (in rollout order), ceiling and strategy.
+    pub compartments: Vec<compartments::Compartment>,
+    /// `resetBatchStateOnCompletion` in effect.
+    pub reset_batches: bool,
+}
+
+/// Assembles the [`PassParts`] of `nw` (defaulted, effective) over its selected `nodes`, every node
+/// in the cache and every NodeWright; `policy` is defaulted ([`defaulted_policy`]).
+pub(crate) fn pass_parts<'a>(
+    nw: &NodeWright,
+    all_nodewrights: &'a [NodeWright],
+    every_node: &[Arc<Node>],
+    nodes: &[Arc<Node>],
+    policy: Option<&DeploymentPolicy>,
+    runtime_taint: &RuntimeTaint,
+) -> PassParts<'a> {
+    let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
+    let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
+    PassParts {
+        gates: priority::gates(nw, all_nodewrights, &every_node),
+        tolerations: selection_tolerations(nw, runtime_taint),
+        compartments: compartments::compartments(nw, policy, &node_refs),
+        reset_batches: batches::reset_enabled(
+            nw,
+            policy.map_or(batches::LEGACY_RESET, |p| {
+                p.spec.reset_batch_state_on_completion
+            }),
+        ),
+    }
 }
 
 /// Decides the pass ([`pass::decide`]) and acts on it: the advanced and marked nodes, their node
@@ -285,11 +341,19 @@ async fn decide_and_act(
         missing_policy,
     } = ready;
     let name = nw.name_any();
-    let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
-    let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
-    let gates = priority::gates(&nw, &all_nodewrights, &every_node);
-    let tolerations = selection_tolerations(&nw, &ctx.config.jobs.runtime_required_taint);
-    let compartments = compartments::compartments(&nw, policy.as_ref(), &node_refs);
+    let PassParts {
+        gates,
+        tolerations,
+        compartments,
+        reset_batches,
+    } = pass_parts(
+        &nw,
+        &all_nodewrights,
+        &every_node,
+        &nodes,
+        policy.as_ref(),
+        &ctx.config.jobs.runtime_required_taint,
+    );
     let old_status = nw.status.clone().unwrap_or_default();
     let input = PassInput {
         nodewright: &nw,
@@ -298,12 +362,7 @@ async fn decide_and_act(
         gates: &gates,
         jobs: &jobs,
         tolerations: &tolerations,
-        reset_batches: batches::reset_enabled(
-            &nw,
-            policy.as_ref().map_or(batches::LEGACY_RESET, |p| {
-                p.spec.reset_batch_state_on_completion
-            }),
-        ),
+        reset_batches,
         missing_policy: missing_policy.is_some(),
         paused,
         disabled,

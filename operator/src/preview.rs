@@ -1,0 +1,1254 @@
+//! The command line's window on the operator (`kubectl nodewright`, the `cli/` crate).
+//!
+//! [`preview`] answers "what will the operator do with this NodeWright?" with the operator's own
+//! pure planner, not a copy of it: from snapshots the caller listed (nodes, NodeWrights, policies,
+//! the operator's Jobs and ConfigMaps) it assembles the inputs of a rollout pass exactly as a pass
+//! does ([`crate::rollout`]'s `selected_nodes`, `own_jobs`, `pass_parts`, the config-update
+//! detection), runs [`pass::decide`] for the pass as it would run now (statuses and blockers), then
+//! iterates `decide` → the stage machine ([`plan::plan`]) → [`pass::finish`] pass after pass,
+//! assuming every stage it starts succeeds, to tell which batch each node falls in, in which order
+//! nodes start, which stages run on each and which nodes are cordoned, drained or rebooted. A
+//! stage that timed out stays timed out (the preview never invents an outcome other than success).
+//!
+//! The rest of this module re-exports the pure pieces the command line reads and writes node state
+//! with (node edits and their guarded patches, the reset edit, cordon ownership, Job reading), so
+//! it never has a second copy of them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use nodewright_shared::api::{
+    DeploymentPolicy, InterruptType, NodeWright, NodeWrightStatus, Sequencing, Status,
+};
+use nodewright_shared::defaults::{OperatorDefaults, default_nodewright};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::{NodeState, Stage, State};
+use serde::Serialize;
+
+use crate::jobs::read::JobIndex;
+use crate::jobs::{PackageAnnotation, RuntimeTaint};
+use crate::outcomes::{Record, apply_record};
+use crate::rollout::pass::{self, PassDecision, PassInput};
+use crate::rollout::plan::{Creation, plan};
+use crate::rollout::selection::{self, NodeSelection};
+use crate::rollout::{
+    PassParts, annotation_on, batches, config_updates, defaulted_policy, graph, own_jobs,
+    pass_parts, priority, selected_nodes, uninstall,
+};
+
+pub use crate::jobs::read::{Recorded, is_finished, node_of, package_of, recorded};
+pub use crate::naming::{
+    INTERRUPT_CONTAINER_NAME, auto_taint_annotation, check_container_name, init_container_name,
+    interrupt_job_name, package_job_name, stage_container_name,
+};
+pub use crate::node::cordon::{holds_cordon, uncordon};
+pub use crate::node::edit::{NodeEdit, node_patch};
+pub use crate::node::state::parse_state;
+pub use crate::rollout::reboots::reset_edit;
+pub use crate::rollout::selection::SelectorError;
+pub use crate::rollout::stages::is_done as package_done;
+
+/// Most passes a preview simulates per selected node (a batch takes two: one evaluates the batch
+/// that ended, the next admits the new one), plus slack for the first passes.
+const PASSES_PER_NODE: usize = 3;
+const EXTRA_PASSES: usize = 8;
+/// Most stage-machine steps simulated on one node per package (a package has at most seven stages).
+const STEPS_PER_PACKAGE: usize = 8;
+
+/// What a preview is computed from: the objects as listed from the cluster (the NodeWright may come
+/// from a changed manifest instead, carrying the cluster object's status).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The NodeWright to preview.
+    pub nodewright: NodeWright,
+    /// Every NodeWright in the cluster (priority and sequencing; the previewed one is ignored there).
+    pub nodewrights: Vec<NodeWright>,
+    /// Every node.
+    pub nodes: Vec<Node>,
+    /// Every DeploymentPolicy.
+    pub policies: Vec<DeploymentPolicy>,
+    /// Every Job in the operator's namespace.
+    pub jobs: Vec<Job>,
+    /// The ConfigMaps in the operator's namespace (config changes are detected against them).
+    pub configmaps: Vec<ConfigMap>,
+    /// The operator's defaults (filled into the NodeWright as the operator does).
+    pub defaults: OperatorDefaults,
+    /// The operator's runtime-required taint.
+    pub runtime_taint: RuntimeTaint,
+    /// The clock of the first pass.
+    pub now: Timestamp,
+}
+
+/// A rollout preview.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preview {
+    /// The NodeWright.
+    pub nodewright: String,
+    /// Its DeploymentPolicy, if it names one.
+    pub deployment_policy: Option<String>,
+    /// The named policy does not exist: no node starts.
+    pub missing_policy: bool,
+    /// Paused: nothing starts until resumed (the batches shown start then).
+    pub paused: bool,
+    /// Disabled: nothing starts until enabled (the batches shown start then).
+    pub disabled: bool,
+    /// Being deleted: the uninstalls of its uninstall-enabled packages run first.
+    pub deleting: bool,
+    /// Nodes the selector does not pick.
+    pub not_selected: usize,
+    /// Compartments, with their budget ceiling and batches.
+    pub compartments: Vec<CompartmentPreview>,
+    /// Every selected node, in rollout order.
+    pub nodes: Vec<NodePreview>,
+}
+
+/// One compartment of the rollout.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompartmentPreview {
+    /// Its name (`__default__` for nodes no compartment selects, and for a legacy budget).
+    pub name: String,
+    /// `fixed`, `linear`, `exponential`, or `none` (every batch as large as the ceiling).
+    pub strategy: &'static str,
+    /// Most nodes in progress at once.
+    pub ceiling: usize,
+    /// Its selected nodes.
+    pub nodes: usize,
+    /// Its batches in order, as the preview starts them.
+    pub batches: Vec<BatchPreview>,
+    /// Its failed batches reached the failure threshold: nothing more starts until a reset.
+    pub stopped: bool,
+}
+
+/// One batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchPreview {
+    /// The batch number (the compartment's `currentBatch`; counted from 1 without a strategy).
+    pub number: i32,
+    /// Its nodes, in the order they start.
+    pub nodes: Vec<String>,
+    /// Already in progress (started by an earlier pass).
+    pub in_progress: bool,
+}
+
+/// One selected node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePreview {
+    /// Node name.
+    pub name: String,
+    /// Its compartment.
+    pub compartment: Option<String>,
+    /// Its status as the pass would write it now.
+    pub status: Status,
+    /// Every package is done on it now.
+    pub complete: bool,
+    /// It is in the rollout already (admitted by an earlier pass).
+    pub started: bool,
+    /// The batch it is (or will be) in.
+    pub batch: Option<i32>,
+    /// Its place in the order nodes start (0 first; nodes in progress now come first).
+    pub order: Option<usize>,
+    /// Why nothing runs on it now (empty: work runs, or it is complete).
+    pub blockers: Vec<Blocker>,
+    /// The stages that will run on it, in order (stages whose Job runs now first).
+    pub steps: Vec<StepPreview>,
+    /// It will be cordoned and drained (a disruptive package or an interrupt).
+    pub drain: bool,
+    /// It will be rebooted.
+    pub reboot: bool,
+    /// After the preview every package is done on it (false: a stage timed out, or it never starts).
+    pub completes: bool,
+}
+
+/// One stage run on a node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepPreview {
+    /// Package (the owner, for a merged interrupt).
+    pub package: String,
+    /// Its version.
+    pub version: String,
+    /// The stage.
+    pub stage: Stage,
+    /// Its Job runs now.
+    pub running: bool,
+    /// For an interrupt stage: what it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<InterruptType>,
+    /// For an interrupt stage: the packages folded into it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
+}
+
+/// Why nothing runs on a node now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(
+    tag = "reason",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Blocker {
+    /// The node carries `nodewright.nvidia.com/ignore=true`.
+    Ignored,
+    /// Taints (`key:effect`) the NodeWright does not tolerate.
+    Taints {
+        /// The taints.
+        taints: Vec<String>,
+    },
+    /// Its node-state annotation cannot be read (it is never overwritten).
+    MalformedState,
+    /// The NodeWright is paused.
+    Paused,
+    /// The NodeWright is disabled.
+    Disabled,
+    /// `spec.deploymentPolicy` names a policy that does not exist.
+    MissingPolicy {
+        /// The policy.
+        policy: String,
+    },
+    /// An earlier NodeWright (lower priority, or equal and earlier name) is not done here yet.
+    Priority {
+        /// That NodeWright.
+        nodewright: String,
+        /// Its sequencing (`all`: it must be done on every node first).
+        sequencing: Sequencing,
+    },
+    /// Queued for a later batch of its compartment.
+    Batch {
+        /// Compartment.
+        compartment: String,
+        /// The batch it starts in.
+        batch: i32,
+    },
+    /// Its compartment's rollout stopped (failed batches reached the failure threshold).
+    Stopped {
+        /// Compartment.
+        compartment: String,
+    },
+    /// Not reached: the batches before it do not end (a node keeps its batch open).
+    NotReached {
+        /// Compartment.
+        compartment: String,
+    },
+    /// A stage timed out: its retries are spent, nothing reruns it until it is cleared.
+    TimedOut {
+        /// Package.
+        package: String,
+        /// Version.
+        version: String,
+        /// Stage.
+        stage: Stage,
+        /// The Job kept as evidence.
+        job: String,
+    },
+    /// A package waits for packages it depends on that are not done on the node.
+    Dependency {
+        /// The waiting package.
+        package: String,
+        /// `name|version` of each dependency not done.
+        waits_for: Vec<String>,
+    },
+}
+
+/// Why a preview cannot be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    /// `spec.nodeSelectors` does not compile.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+}
+
+/// What the simulation did on one node.
+#[derive(Debug, Clone, Default)]
+struct NodeRun {
+    state: NodeState,
+    steps: Vec<StepPreview>,
+    drain: bool,
+    reboot: bool,
+    completes: bool,
+    timed_out: bool,
+}
+
+/// Previews the rollout of `snapshot.nodewright` (see the module documentation).
+pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
+    let mut nw = snapshot.nodewright.clone();
+    let name = nw.name_any();
+    // As a pass: the defaults, the deletion's uninstalls, the config updates, the effective spec.
+    default_nodewright(&mut nw.spec, &snapshot.defaults);
+    let deleting = nw.metadata.deletion_timestamp.is_some();
+    if deleting {
+        uninstall::on_delete(&mut nw);
+    }
+    let paused = annotation_on(&nw, keys::PAUSE_ANNOTATION);
+    let disabled = annotation_on(&nw, keys::DISABLE_ANNOTATION);
+    let selection = NodeSelection::of(&nw)?;
+    let every_node: Vec<Arc<Node>> = snapshot.nodes.iter().cloned().map(Arc::new).collect();
+    let mut nodes = selected_nodes(&selection, &every_node);
+    let every_job: Vec<Arc<Job>> = snapshot.jobs.iter().cloned().map(Arc::new).collect();
+    let jobs = own_jobs(&name, &every_job);
+
+    let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
+    let detected = config_updates::detect(&nw, &snapshot.configmaps, &states);
+    nw.status
+        .get_or_insert_with(Default::default)
+        .config_updates = detected.updates;
+    if !detected.changes.is_empty() {
+        nodes = nodes
+            .iter()
+            .map(|n| match parse_state(n, &name) {
+                Some(mut state) => {
+                    for (package, version) in &detected.changes {
+                        config_updates::queue(&mut state, package, version);
+                    }
+                    with_state(n, &name, &state)
+                }
+                None => n.clone(),
+            })
+            .collect();
+    }
+    let nw = config_updates::effective(&nw);
+
+    let all_nodewrights: Vec<NodeWright> = snapshot
+        .nodewrights
+        .iter()
+        .filter(|o| o.name_any() != name)
+        .cloned()
+        .collect();
+    let policy_name = nw.spec.deployment_policy.clone().filter(|p| !p.is_empty());
+    let policy = policy_name.as_deref().and_then(|p| {
+        snapshot
+            .policies
+            .iter()
+            .find(|d| d.name_any() == p)
+            .map(defaulted_policy)
+    });
+    let missing_policy = policy_name.is_some() && policy.is_none();
+    let parts = pass_parts(
+        &nw,
+        &all_nodewrights,
+        &every_node,
+        &nodes,
+        policy.as_ref(),
+        &snapshot.runtime_taint,
+    );
+    let world = World {
+        nw: &nw,
+        name: &name,
+        parts: &parts,
+        jobs: &jobs,
+        every_job: &every_job,
+        every_node: &every_node,
+        all_nodewrights: &all_nodewrights,
+        missing_policy,
+        deleting,
+        now: snapshot.now,
+    };
+
+    // The pass as it would run now: statuses and what holds each node back.
+    let old_status = nw.status.clone().unwrap_or_default();
+    let now_input = world.input(&nw, &old_status, &nodes, paused, disabled, 0);
+    let now = pass::decide(&now_input, &parts.compartments);
+    // Then pass after pass, as if resumed and enabled, every stage succeeding.
+    let sim = world.simulate(&nodes);
+
+    let node_compartment: BTreeMap<&str, &str> = parts
+        .compartments
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(|n| (n.as_str(), c.name.as_str())))
+        .collect();
+    let mut previews = Vec::new();
+    for node in &nodes {
+        let node_name = node.name_any();
+        let Some(row) = now.rows.get(&node_name) else {
+            continue;
+        };
+        let compartment = node_compartment.get(node_name.as_str()).copied();
+        let run = sim.runs.get(&node_name);
+        let batch = sim.batch_of.get(&node_name).copied();
+        let mut blockers = world.blockers(&now_input, &now, node, paused, disabled);
+        if !now.works_on(&now_input, &node_name)
+            && blockers.is_empty()
+            && !row.complete
+            && let Some(c) = compartment
+        {
+            blockers.push(match batch {
+                Some(batch) => Blocker::Batch {
+                    compartment: c.to_owned(),
+                    batch,
+                },
+                None if sim.stopped.contains(c) => Blocker::Stopped {
+                    compartment: c.to_owned(),
+                },
+                None => Blocker::NotReached {
+                    compartment: c.to_owned(),
+                },
+            });
+        }
+        previews.push(NodePreview {
+            compartment: compartment.map(str::to_owned),
+            status: pass::idle_status(&now, &now_input, &node_name),
+            complete: row.complete,
+            started: sim.started.contains(&node_name),
+            batch,
+            order: sim.order.iter().position(|n| *n == node_name),
+            blockers,
+            steps: run.map(|r| r.steps.clone()).unwrap_or_default(),
+            drain: run.is_some_and(|r| r.drain),
+            reboot: run.is_some_and(|r| r.reboot),
+            completes: row.complete || run.is_some_and(|r| r.completes),
+            name: node_name,
+        });
+    }
+    let compartments = parts
+        .compartments
+        .iter()
+        .map(|c| CompartmentPreview {
+            name: c.name.clone(),
+            strategy: match c.strategy.as_ref() {
+                None => "none",
+                Some(s) => batches::strategy_name(Some(s)),
+            },
+            ceiling: c.ceiling,
+            nodes: c.nodes.len(),
+            batches: sim.batches.get(&c.name).cloned().unwrap_or_default(),
+            stopped: sim.stopped.contains(&c.name),
+        })
+        .collect();
+    Ok(Preview {
+        nodewright: name,
+        deployment_policy: policy_name,
+        missing_policy,
+        paused,
+        disabled,
+        deleting,
+        not_selected: every_node.len().saturating_sub(nodes.len()),
+        compartments,
+        nodes: previews,
+    })
+}
+
+/// A copy of `node` whose node state for `nodewright` is `state`.
+fn with_state(node: &Node, nodewright: &str, state: &NodeState) -> Arc<Node> {
+    let mut node = node.clone();
+    node.annotations_mut()
+        .insert(keys::node_state_key(nodewright), state.to_annotation());
+    Arc::new(node)
+}
+
+/// What the simulation found.
+#[derive(Debug, Default)]
+struct Simulation {
+    /// Per node: what ran on it.
+    runs: BTreeMap<String, NodeRun>,
+    /// Per node: the batch it was admitted in.
+    batch_of: BTreeMap<String, i32>,
+    /// Nodes in the order they were admitted.
+    order: Vec<String>,
+    /// Nodes admitted before the preview (in progress now).
+    started: BTreeSet<String>,
+    /// Per compartment: its batches.
+    batches: BTreeMap<String, Vec<BatchPreview>>,
+    /// Compartments whose rollout stopped.
+    stopped: BTreeSet<String>,
+}
+
+/// The inputs every pass of a preview shares.
+struct World<'a> {
+    nw: &'a NodeWright,
+    name: &'a str,
+    parts: &'a PassParts<'a>,
+    jobs: &'a JobIndex,
+    every_job: &'a [Arc<Job>],
+    every_node: &'a [Arc<Node>],
+    all_nodewrights: &'a [NodeWright],
+    missing_policy: bool,
+    deleting: bool,
+    now: Timestamp,
+}
+
+impl World<'_> {
+    /// The input of pass number `pass` over `nodes`, the NodeWright carrying `old` as its status.
+    fn input<'i>(
+        &'i self,
+        nw: &'i NodeWright,
+        old: &'i NodeWrightStatus,
+        nodes: &'i [Arc<Node>],
+        paused: bool,
+        disabled: bool,
+        pass: usize,
+    ) -> PassInput<'i> {
+        let seconds = i64::try_from(pass).unwrap_or(i64::MAX);
+        PassInput {
+            nodewright: nw,
+            old_status: old,
+            nodes,
+            gates: &self.parts.gates,
+            jobs: self.jobs,
+            tolerations: &self.parts.tolerations,
+            reset_batches: self.parts.reset_batches,
+            missing_policy: self.missing_policy,
+            paused,
+            disabled,
+            deleting: self.deleting,
+            now: self
+                .now
+                .checked_add(SignedDuration::from_secs(seconds))
+                .unwrap_or(self.now),
+        }
+    }
+
+    /// Runs passes until nothing changes any more: each admits what the budget and batches allow,
+    /// the admitted nodes run every stage to its end, and the status the pass writes is the next
+    /// pass's.
+    fn simulate(&self, nodes: &[Arc<Node>]) -> Simulation {
+        let mut sim = Simulation::default();
+        let mut nodes: Vec<Arc<Node>> = nodes.to_vec();
+        let mut nw = self.nw.clone();
+        let mut status = nw.status.clone().unwrap_or_default();
+        let passes = nodes
+            .len()
+            .saturating_mul(PASSES_PER_NODE)
+            .saturating_add(EXTRA_PASSES);
+        let mut waves: BTreeMap<String, i32> = BTreeMap::new();
+        for pass_number in 0..passes {
+            nw.status = Some(status.clone());
+            let input = self.input(&nw, &status, &nodes, false, false, pass_number);
+            let decision = pass::decide(&input, &self.parts.compartments);
+            let admitted = self.record_admissions(&mut sim, &decision, &mut waves, pass_number);
+            let mut changed = false;
+            let mut results = BTreeMap::new();
+            for (node_name, row) in &decision.rows {
+                let idle = pass::idle_status(&decision, &input, node_name);
+                let works = decision.works_on(&input, node_name);
+                if works
+                    && !sim.runs.contains_key(node_name)
+                    && let Some(state) = row.state.clone()
+                {
+                    sim.runs
+                        .insert(node_name.clone(), self.run_node(&nw, node_name, state));
+                    changed = true;
+                }
+                let result = match sim.runs.get(node_name) {
+                    Some(run) if works => {
+                        let status = if run.completes {
+                            Status::Complete
+                        } else if run.timed_out {
+                            Status::Erroring
+                        } else {
+                            Status::InProgress
+                        };
+                        (Some(run.state.clone()), status)
+                    }
+                    _ => (row.state.clone(), idle),
+                };
+                results.insert(node_name.clone(), result);
+            }
+            let next = pass::finish(&input, &self.parts.compartments, decision, results);
+            if changed {
+                nodes = nodes
+                    .iter()
+                    .map(|n| match sim.runs.get(&n.name_any()) {
+                        Some(run) => with_state(n, self.name, &run.state),
+                        None => n.clone(),
+                    })
+                    .collect();
+            }
+            for (compartment, c) in &next.compartment_statuses {
+                if c.batch_state.as_ref().is_some_and(|b| b.should_stop) {
+                    sim.stopped.insert(compartment.clone());
+                }
+            }
+            let quiet = !admitted && !changed && next == status;
+            status = next;
+            if quiet {
+                break;
+            }
+        }
+        sim
+    }
+
+    /// Records the nodes `decision` admits for the first time, per compartment in rollout order;
+    /// returns whether there were any.
+    fn record_admissions(
+        &self,
+        sim: &mut Simulation,
+        decision: &PassDecision<'_>,
+        waves: &mut BTreeMap<String, i32>,
+        pass_number: usize,
+    ) -> bool {
+        let mut any = false;
+        for c in &self.parts.compartments {
+            let new: Vec<String> = c
+                .nodes
+                .iter()
+                .filter(|n| decision.active.contains(*n) && !sim.batch_of.contains_key(*n))
+                .cloned()
+                .collect();
+            if new.is_empty() {
+                continue;
+            }
+            any = true;
+            let wave = waves.entry(c.name.clone()).or_insert(0);
+            *wave += 1;
+            let number = match decision.batch_states.get(&c.name) {
+                Some(Some(b)) => b.current_batch,
+                _ => *wave,
+            };
+            // In the first pass, nodes admitted by an earlier pass (nodePriority, work recorded)
+            // are the batch in progress now.
+            let slots = decision
+                .slots
+                .iter()
+                .flatten()
+                .filter(|s| s.admitted)
+                .map(|s| s.node)
+                .collect::<BTreeSet<&str>>();
+            let in_progress = pass_number == 0 && new.iter().all(|n| slots.contains(n.as_str()));
+            for n in &new {
+                sim.batch_of.insert(n.clone(), number);
+                sim.order.push(n.clone());
+                if pass_number == 0 && slots.contains(n.as_str()) {
+                    sim.started.insert(n.clone());
+                }
+            }
+            sim.batches
+                .entry(c.name.clone())
+                .or_default()
+                .push(BatchPreview {
+                    number,
+                    nodes: new,
+                    in_progress,
+                });
+        }
+        any
+    }
+
+    /// Runs the stage machine on one node until it has nothing more to start, every stage it
+    /// starts (and every Job running now) succeeding, as the outcome path records it.
+    fn run_node(&self, nw: &NodeWright, node: &str, state: NodeState) -> NodeRun {
+        let fleet: Vec<Arc<Job>> = self
+            .every_job
+            .iter()
+            .filter(|j| node_of(j) == Some(node))
+            .cloned()
+            .collect();
+        let label = crate::naming::label_value(self.name);
+        let own: Vec<Arc<Job>> = fleet
+            .iter()
+            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label))
+            .cloned()
+            .collect();
+        let mut gone: BTreeSet<String> = BTreeSet::new();
+        let mut run = NodeRun {
+            state,
+            ..NodeRun::default()
+        };
+        let steps = nw
+            .spec
+            .packages
+            .len()
+            .saturating_mul(STEPS_PER_PACKAGE)
+            .saturating_add(STEPS_PER_PACKAGE);
+        for _ in 0..steps {
+            let kept = |jobs: &[Arc<Job>]| -> Vec<Arc<Job>> {
+                jobs.iter()
+                    .filter(|j| j.metadata.name.as_ref().is_none_or(|n| !gone.contains(n)))
+                    .cloned()
+                    .collect()
+            };
+            let index = JobIndex::with_fleet(kept(&own), &kept(&fleet));
+            // Jobs running now go first: they started before anything this pass starts.
+            let running = running_stages(nw, node, &run.state, &index);
+            if !running.is_empty() {
+                for (annotation, job, interrupt) in running {
+                    self.complete(nw, &mut run, &annotation, interrupt, true);
+                    gone.insert(job);
+                }
+                continue;
+            }
+            let p = plan(nw, node, &run.state, &index, true);
+            run.state = p.state.clone();
+            run.drain |= p.cordon;
+            run.timed_out |= p.timed_out;
+            let mut progressed = !p.delete.is_empty();
+            gone.extend(p.delete.iter().cloned());
+            for creation in p.create {
+                progressed = true;
+                match creation {
+                    Creation::Package {
+                        key,
+                        stage,
+                        drain_first,
+                    } => {
+                        run.drain |= drain_first;
+                        if let Some(a) = annotation(nw, &key, stage) {
+                            self.complete(nw, &mut run, &a, false, false);
+                        }
+                    }
+                    Creation::Interrupt { merged, stage } => {
+                        run.drain = true;
+                        run.reboot |= merged.interrupt.kind == InterruptType::Reboot;
+                        let folded: Vec<String> = run
+                            .state
+                            .iter()
+                            .filter(|r| r.stage == stage && r.state == Some(State::Skipped))
+                            .map(|r| r.name.clone())
+                            .collect();
+                        if let Some(a) = annotation(nw, &merged.owner, stage) {
+                            self.complete(nw, &mut run, &a, true, false);
+                            if let Some(step) = run.steps.last_mut() {
+                                step.interrupt = Some(merged.interrupt.kind);
+                                step.merged = folded;
+                            }
+                        }
+                    }
+                }
+            }
+            if !progressed {
+                // An interrupt waits for other NodeWrights' package Jobs on the node: they end.
+                let others: Vec<String> = fleet
+                    .iter()
+                    .filter(|j| !is_finished(j))
+                    .filter_map(|j| j.metadata.name.clone())
+                    .filter(|n| !gone.contains(n))
+                    .collect();
+                if others.is_empty() || !index.unfinished_package_job_on(node) {
+                    break;
+                }
+                gone.extend(others);
+            }
+        }
+        run.completes = graph::all_done(&nw.spec.packages, &run.state);
+        run
+    }
+
+    /// Records that the stage of `annotation` ran and succeeded.
+    fn complete(
+        &self,
+        nw: &NodeWright,
+        run: &mut NodeRun,
+        annotation: &PackageAnnotation,
+        interrupt: bool,
+        running: bool,
+    ) {
+        apply_record(&mut run.state, annotation, interrupt, Record::Complete);
+        let kind = interrupt
+            .then(|| nw.spec.packages.get(&annotation.name))
+            .flatten()
+            .and_then(|p| p.interrupt.as_ref())
+            .map(|i| i.kind);
+        run.reboot |= kind == Some(InterruptType::Reboot);
+        run.drain |= interrupt;
+        run.steps.push(StepPreview {
+            package: annotation.name.clone(),
+            version: annotation.version.clone(),
+            stage: annotation.stage,
+            running,
+            interrupt: kind,
+            merged: Vec::new(),
+        });
+    }
+
+    /// Why nothing runs on `node` in the pass `decision` (batch and budget excepted: the caller
+    /// adds those from the simulation).
+    fn blockers(
+        &self,
+        input: &PassInput<'_>,
+        decision: &PassDecision<'_>,
+        node: &Arc<Node>,
+        paused: bool,
+        disabled: bool,
+    ) -> Vec<Blocker> {
+        let node_name = node.name_any();
+        let Some(row) = decision.rows.get(&node_name) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if row.complete {
+            return out;
+        }
+        match selection::blocker(node, input.tolerations) {
+            Some(selection::Blocker::Ignored) => out.push(Blocker::Ignored),
+            Some(selection::Blocker::Taints(taints)) => out.push(Blocker::Taints { taints }),
+            None => {}
+        }
+        let Some(state) = row.state.as_ref() else {
+            out.push(Blocker::MalformedState);
+            return out;
+        };
+        if paused {
+            out.push(Blocker::Paused);
+        }
+        if disabled {
+            out.push(Blocker::Disabled);
+        }
+        if let Some(policy) = self
+            .missing_policy
+            .then(|| self.nw.spec.deployment_policy.clone())
+            .flatten()
+        {
+            out.push(Blocker::MissingPolicy { policy });
+        }
+        if row.waits {
+            out.extend(self.holding_back(node));
+        }
+        out.extend(self.timed_out(&node_name, state));
+        out.extend(dependencies(self.nw, state));
+        out
+    }
+
+    /// The earlier NodeWrights that hold `node` back, each checked with the pass's own gate.
+    fn holding_back(&self, node: &Node) -> Vec<Blocker> {
+        let every_node: Vec<&Node> = self.every_node.iter().map(AsRef::as_ref).collect();
+        self.all_nodewrights
+            .iter()
+            .filter(|o| {
+                let gates = priority::gates(self.nw, std::slice::from_ref(*o), &every_node);
+                priority::waits(&gates, node)
+            })
+            .map(|o| Blocker::Priority {
+                nodewright: o.name_any(),
+                sequencing: o.spec.sequencing,
+            })
+            .collect()
+    }
+
+    /// The packages whose stage timed out on the node (erroring, and their Job recorded so).
+    fn timed_out(&self, node: &str, state: &NodeState) -> Vec<Blocker> {
+        self.nw
+            .spec
+            .packages
+            .iter()
+            .filter_map(|(name, p)| state.get(name, &p.version))
+            .filter(|r| r.state == Some(State::Erroring))
+            .filter_map(|r| {
+                let job = job_name(self.name, &r.name, &r.version, r.stage, node);
+                (self.jobs.get(&job).and_then(recorded) == Some(Recorded::TimedOut)).then(|| {
+                    Blocker::TimedOut {
+                        package: r.name.clone(),
+                        version: r.version.clone(),
+                        stage: r.stage,
+                        job,
+                    }
+                })
+            })
+            .collect()
+    }
+}
+
+/// The Job that runs `stage` of a package on `node` (the node's interrupt Job for interrupt stages).
+fn job_name(nodewright: &str, package: &str, version: &str, stage: Stage, node: &str) -> String {
+    if stage.is_interrupt() {
+        interrupt_job_name(nodewright, node)
+    } else {
+        package_job_name(nodewright, package, version, stage, node)
+    }
+}
+
+/// The package annotation of the Job running `stage` of package `key` of `nw`.
+fn annotation(nw: &NodeWright, key: &str, stage: Stage) -> Option<PackageAnnotation> {
+    let p = nw.spec.packages.get(key)?;
+    Some(PackageAnnotation {
+        name: key.to_owned(),
+        version: p.version.clone(),
+        nodewright: nw.name_any(),
+        stage,
+        image: p.image.clone(),
+        container_sha: p.container_sha.clone(),
+    })
+}
+
+/// The stages whose Job runs now on `node` (unfinished), with the Job's name and whether it is the
+/// node's interrupt.
+fn running_stages(
+    nw: &NodeWright,
+    node: &str,
+    state: &NodeState,
+    jobs: &JobIndex,
+) -> Vec<(PackageAnnotation, String, bool)> {
+    let name = nw.name_any();
+    nw.spec
+        .packages
+        .iter()
+        .filter_map(|(key, p)| state.get(key, &p.version))
+        .filter(|r| matches!(r.state, Some(State::InProgress | State::Erroring) | None))
+        .filter_map(|r| {
+            let job = job_name(&name, &r.name, &r.version, r.stage, node);
+            let running = jobs.get(&job).is_some_and(|j| !is_finished(j));
+            let a = annotation(nw, &r.name, r.stage)?;
+            running.then_some((a, job, r.stage.is_interrupt()))
+        })
+        .collect()
+}
+
+/// The packages held up by a dependency that is failing on the node (erroring), or that is not in
+/// the spec at that version (it can never be done). A dependency that simply has not run yet is
+/// the normal order of stages, not a blocker.
+fn dependencies(nw: &NodeWright, state: &NodeState) -> Vec<Blocker> {
+    let packages = &nw.spec.packages;
+    let runnable: BTreeSet<&str> = graph::runnable(packages, state).into_iter().collect();
+    let stuck = |dep: &str, version: &str| match packages.get(dep).filter(|d| d.version == version)
+    {
+        None => true,
+        Some(_) => state
+            .get(dep, version)
+            .is_some_and(|r| r.state == Some(State::Erroring)),
+    };
+    packages
+        .iter()
+        .filter(|(name, p)| {
+            !runnable.contains(name.as_str()) && !package_done(p, state.get(name, &p.version))
+        })
+        .filter_map(|(name, p)| {
+            let waits_for: Vec<String> = p
+                .depends_on
+                .iter()
+                .filter(|(dep, version)| {
+                    !packages
+                        .get(*dep)
+                        .filter(|d| &d.version == *version)
+                        .is_some_and(|d| package_done(d, state.get(dep, version)))
+                })
+                .map(|(dep, version)| format!("{dep}|{version}"))
+                .collect();
+            p.depends_on
+                .iter()
+                .any(|(dep, version)| stuck(dep, version))
+                .then(|| Blocker::Dependency {
+                    package: name.clone(),
+                    waits_for,
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::batch::v1::{JobCondition, JobSpec, JobStatus};
+    use k8s_openapi::api::core::v1::{NodeSpec, PodSpec, PodTemplateSpec, Taint};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use nodewright_shared::api::{
+        BatchParameters, DeploymentBudget, DeploymentPolicySpec, DeploymentStrategy, Interrupt,
+        InterruptionBudget, LinearStrategy, NodeWrightSpec, Package, PolicyDefault,
+    };
+    use nodewright_shared::node_state::PackageStatus;
+
+    fn package(deps: &[&str], interrupt: Option<InterruptType>) -> Package {
+        Package {
+            version: "1.0.0".into(),
+            image: "img".into(),
+            depends_on: deps
+                .iter()
+                .map(|d| ((*d).to_owned(), "1.0.0".to_owned()))
+                .collect(),
+            interrupt: interrupt.map(|kind| Interrupt {
+                kind,
+                services: vec![],
+            }),
+            ..Package::default()
+        }
+    }
+
+    fn nodewright(name: &str, packages: &[(&str, Package)]) -> NodeWright {
+        let mut nw = NodeWright::new(
+            name,
+            NodeWrightSpec {
+                packages: packages
+                    .iter()
+                    .map(|(k, p)| ((*k).to_owned(), p.clone()))
+                    .collect(),
+                priority: 200,
+                ..NodeWrightSpec::default()
+            },
+        );
+        nw.metadata.uid = Some("uid".into());
+        nw.metadata.generation = Some(1);
+        nw
+    }
+
+    fn node(name: &str, second: i64) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                creation_timestamp: Some(Time(Timestamp::from_second(second).expect("timestamp"))),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    fn snapshot(nw: NodeWright, nodes: Vec<Node>) -> Snapshot {
+        Snapshot {
+            nodewrights: vec![nw.clone()],
+            nodewright: nw,
+            nodes,
+            policies: Vec::new(),
+            jobs: Vec::new(),
+            configmaps: Vec::new(),
+            defaults: OperatorDefaults::default(),
+            runtime_taint: RuntimeTaint::parse(crate::jobs::DEFAULT_RUNTIME_REQUIRED_TAINT)
+                .expect("taint"),
+            now: Timestamp::from_second(1_000).expect("timestamp"),
+        }
+    }
+
+    fn batches(p: &Preview) -> Vec<(i32, Vec<String>)> {
+        p.compartments
+            .iter()
+            .flat_map(|c| c.batches.iter().map(|b| (b.number, b.nodes.clone())))
+            .collect()
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_legacy_budget_rolls_in_fixed_batches_in_node_order_with_every_stage() {
+        let mut nw = nodewright(
+            "nw",
+            &[
+                ("a", package(&[], None)),
+                ("b", package(&["a"], Some(InterruptType::Reboot))),
+            ],
+        );
+        nw.spec.interruption_budget = Some(InterruptionBudget {
+            count: Some(2),
+            percent: None,
+        });
+        // Creation order, not name order.
+        let nodes = vec![node("n3", 1), node("n1", 2), node("n2", 3), node("n0", 4)];
+        let p = preview(&snapshot(nw, nodes)).expect("preview");
+        assert_eq!(
+            batches(&p),
+            [(1, names(&["n3", "n1"])), (2, names(&["n2", "n0"]))]
+        );
+        let n3 = &p.nodes[0];
+        assert_eq!(n3.name, "n3");
+        assert_eq!((n3.order, n3.batch), (Some(0), Some(1)));
+        assert!(n3.drain && n3.reboot && n3.completes, "{n3:#?}");
+        // A new NodeWright's first pass records batch 1; the next one starts it.
+        assert_eq!(
+            n3.blockers,
+            [Blocker::Batch {
+                compartment: "__default__".into(),
+                batch: 1
+            }]
+        );
+        let steps: Vec<(String, Stage)> = n3
+            .steps
+            .iter()
+            .map(|s| (s.package.clone(), s.stage))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("a".into(), Stage::Apply),
+                ("a".into(), Stage::Config),
+                ("b".into(), Stage::Apply),
+                ("b".into(), Stage::Config),
+                ("b".into(), Stage::Interrupt),
+                ("b".into(), Stage::PostInterrupt),
+            ]
+        );
+        let n2 = &p.nodes[2];
+        assert_eq!(n2.status, Status::Waiting);
+        assert_eq!(
+            n2.blockers,
+            [Blocker::Batch {
+                compartment: "__default__".into(),
+                batch: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn a_linear_policy_grows_its_batches_within_the_ceiling() {
+        let mut nw = nodewright("nw", &[("a", package(&[], None))]);
+        nw.spec.deployment_policy = Some("slow".into());
+        let mut snap = snapshot(nw, (0..5).map(|i| node(&format!("n{i}"), i)).collect());
+        snap.policies = vec![DeploymentPolicy::new(
+            "slow",
+            DeploymentPolicySpec {
+                default: PolicyDefault {
+                    budget: DeploymentBudget {
+                        count: Some(2),
+                        percent: None,
+                    },
+                    strategy: DeploymentStrategy {
+                        linear: Some(LinearStrategy {
+                            batch: BatchParameters::default(),
+                            delta: Some(1),
+                        }),
+                        ..DeploymentStrategy::default()
+                    },
+                },
+                ..DeploymentPolicySpec::default()
+            },
+        )];
+        let p = preview(&snap).expect("preview");
+        assert_eq!(
+            batches(&p),
+            [
+                (1, names(&["n0"])),
+                (2, names(&["n1", "n2"])),
+                (3, names(&["n3", "n4"]))
+            ]
+        );
+        assert_eq!(p.compartments[0].ceiling, 2);
+        assert_eq!(p.compartments[0].strategy, "linear");
+    }
+
+    #[test]
+    fn blocked_and_held_back_nodes_say_why_and_a_pause_shows_what_resume_does() {
+        let mut nw = nodewright("later", &[("a", package(&[], None))]);
+        nw.metadata.annotations = Some(BTreeMap::from([(
+            keys::PAUSE_ANNOTATION.to_owned(),
+            "true".to_owned(),
+        )]));
+        let earlier = nodewright("earlier", &[("a", package(&[], None))]);
+        let mut ignored = node("ignored", 1);
+        ignored.metadata.labels = Some(BTreeMap::from([(
+            keys::IGNORE_LABEL.to_owned(),
+            "true".to_owned(),
+        )]));
+        let mut tainted = node("tainted", 2);
+        tainted.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "gpu".into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }]),
+            ..NodeSpec::default()
+        });
+        let mut snap = snapshot(nw, vec![ignored, tainted, node("free", 3)]);
+        snap.nodewrights.push(earlier);
+        let p = preview(&snap).expect("preview");
+        assert!(p.paused);
+        assert_eq!(p.nodes[0].blockers[0], Blocker::Ignored);
+        assert_eq!(
+            p.nodes[1].blockers[0],
+            Blocker::Taints {
+                taints: vec!["gpu:NoSchedule".into()]
+            }
+        );
+        let free = &p.nodes[2];
+        assert_eq!(free.status, Status::Paused);
+        assert!(free.blockers.contains(&Blocker::Paused));
+        assert!(free.blockers.contains(&Blocker::Priority {
+            nodewright: "earlier".into(),
+            sequencing: Sequencing::Node
+        }));
+        // Blocked and held-back nodes never start.
+        assert!(p.nodes.iter().all(|n| n.batch.is_none() && !n.completes));
+    }
+
+    #[test]
+    fn a_running_stage_goes_first_and_a_timed_out_one_stays_timed_out() {
+        let nw = nodewright(
+            "nw",
+            &[("a", package(&[], None)), ("b", package(&["a"], None))],
+        );
+        let record = |name: &str, stage, state| PackageStatus {
+            name: name.into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage,
+            state: Some(state),
+            restarts: 0,
+        };
+        let with = |mut n: Node, records: &[PackageStatus]| {
+            let mut s = NodeState::default();
+            for r in records {
+                s.upsert(r.clone());
+            }
+            n.metadata.annotations = Some(BTreeMap::from([(
+                keys::node_state_key("nw"),
+                s.to_annotation(),
+            )]));
+            n
+        };
+        let job = |name: String, node: &str, condition: Option<&str>, rec: Option<Recorded>| {
+            let mut labels = BTreeMap::from([(keys::NAME_LABEL.to_owned(), "nw".to_owned())]);
+            labels.insert(keys::NODE_LABEL.to_owned(), node.to_owned());
+            Job {
+                metadata: ObjectMeta {
+                    name: Some(name),
+                    labels: Some(labels),
+                    annotations: rec.map(|r| {
+                        BTreeMap::from([(
+                            keys::STATE_RECORDED_ANNOTATION.to_owned(),
+                            r.as_str().to_owned(),
+                        )])
+                    }),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(JobSpec {
+                    template: PodTemplateSpec {
+                        metadata: None,
+                        spec: Some(PodSpec {
+                            node_name: Some(node.into()),
+                            ..PodSpec::default()
+                        }),
+                    },
+                    ..JobSpec::default()
+                }),
+                status: condition.map(|c| JobStatus {
+                    conditions: Some(vec![JobCondition {
+                        type_: c.into(),
+                        status: "True".into(),
+                        ..JobCondition::default()
+                    }]),
+                    ..JobStatus::default()
+                }),
+            }
+        };
+        let running = with(
+            node("running", 1),
+            &[record("a", Stage::Apply, State::InProgress)],
+        );
+        let stuck = with(
+            node("stuck", 2),
+            &[record("a", Stage::Apply, State::Erroring)],
+        );
+        let mut snap = snapshot(nw, vec![running, stuck]);
+        snap.jobs = vec![
+            job(
+                package_job_name("nw", "a", "1.0.0", Stage::Apply, "running"),
+                "running",
+                None,
+                None,
+            ),
+            job(
+                package_job_name("nw", "a", "1.0.0", Stage::Apply, "stuck"),
+                "stuck",
+                Some("Failed"),
+                Some(Recorded::TimedOut),
+            ),
+        ];
+        let p = preview(&snap).expect("preview");
+        let running = &p.nodes[0];
+        assert!(running.started && running.completes);
+        assert!(running.steps[0].running && running.steps[0].stage == Stage::Apply);
+        assert_eq!(running.steps.len(), 4);
+        let stuck = &p.nodes[1];
+        assert!(!stuck.completes);
+        assert!(stuck.blockers.iter().any(|b| matches!(
+            b,
+            Blocker::TimedOut { package, stage: Stage::Apply, .. } if package == "a"
+        )));
+        assert!(stuck.blockers.contains(&Blocker::Dependency {
+            package: "b".into(),
+            waits_for: vec!["a|1.0.0".into()]
+        }));
+    }
+}
