@@ -34,7 +34,7 @@ use crate::jobs::{PackageAnnotation, RuntimeTaint};
 use crate::outcomes::{Record, apply_record};
 use crate::rollout::pass::{self, PassDecision, PassInput};
 use crate::rollout::plan::{Creation, plan};
-use crate::rollout::selection::{self, NodeSelection};
+use crate::rollout::selection;
 use crate::rollout::{
     PassParts, annotation_on, batches, config_updates, defaulted_policy, graph, own_jobs,
     pass_parts, priority, selected_nodes, uninstall,
@@ -42,14 +42,15 @@ use crate::rollout::{
 
 pub use crate::jobs::read::{Recorded, is_finished, node_of, package_of, recorded};
 pub use crate::naming::{
-    INTERRUPT_CONTAINER_NAME, auto_taint_annotation, check_container_name, init_container_name,
-    interrupt_job_name, package_job_name, stage_container_name,
+    INTERRUPT_CONTAINER_NAME, PAUSE_CONTAINER_NAME, auto_taint_annotation, check_container_name,
+    init_container_name, interrupt_job_name, package_job_name, stage_container_name,
 };
 pub use crate::node::cordon::{holds_cordon, uncordon};
 pub use crate::node::edit::{NodeEdit, node_patch};
 pub use crate::node::state::parse_state;
+pub use crate::rollout::batches::initial as initial_batch_state;
 pub use crate::rollout::reboots::reset_edit;
-pub use crate::rollout::selection::SelectorError;
+pub use crate::rollout::selection::{NodeSelection, SelectorError};
 pub use crate::rollout::stages::is_done as package_done;
 
 /// Most passes a preview simulates per selected node (a batch takes two: one evaluates the batch

@@ -1,0 +1,530 @@
+//! The command line: global flags, commands and their manual (`--help` of each command has a
+//! description and examples).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Output formats (`-o`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned columns.
+    Table,
+    /// Aligned columns, with more of them.
+    Wide,
+    /// JSON (one document).
+    Json,
+    /// YAML (one document).
+    Yaml,
+}
+
+/// The shells `completion` writes a script for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    /// bash
+    Bash,
+    /// zsh
+    Zsh,
+    /// fish
+    Fish,
+}
+
+/// The stages a package can be rerun from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RerunStage {
+    /// From the install.
+    Apply,
+    /// From the configuration.
+    Config,
+    /// From the interrupt (packages with an interrupt).
+    Interrupt,
+    /// From the post-interrupt check (packages with an interrupt).
+    PostInterrupt,
+}
+
+/// The stages `package logs --stage` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogStage {
+    /// apply
+    Apply,
+    /// config
+    Config,
+    /// interrupt (the node's merged interrupt)
+    Interrupt,
+    /// post-interrupt
+    PostInterrupt,
+    /// upgrade
+    Upgrade,
+    /// uninstall
+    Uninstall,
+}
+
+const ABOUT: &str = "Drive NodeWright from kubectl: rollout status per node, why a node or package \
+is stuck, rerun a package, pause a rollout, reset a node, preview a rollout before it happens.";
+
+const LONG_ABOUT: &str = "\
+kubectl-nodewright is the command line of the NodeWright operator. Installed on PATH it is also
+`kubectl nodewright`.
+
+It reads what the operator records (node annotations `nodewright.nvidia.com/nodeState_<name>`, the
+NodeWright status, the stage Jobs in the operator's namespace) with the operator's own code, and
+writes the same records the operator reads. Every write can be previewed with --dry-run (the API
+server validates it and nothing is stored), and writes that change a rollout ask for a
+confirmation (-y skips it; without a terminal and without -y they refuse).
+
+Exit status: 0 success, 1 failure, 2 usage (a command line that cannot work as typed).";
+
+const EXAMPLES: &str = "\
+Examples:
+  # Where is the rollout of gpu-setup, node by node?
+  kubectl nodewright node list --nodewright gpu-setup
+
+  # Why is node-7 not complete?
+  kubectl nodewright why gpu-setup --node node-7
+
+  # What would applying this change do, batch by batch?
+  kubectl nodewright plan gpu-setup -f gpu-setup.yaml";
+
+/// `kubectl-nodewright`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-nodewright",
+    bin_name = "kubectl nodewright",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = EXAMPLES,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Global flags.
+    #[command(flatten)]
+    pub global: Global,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command takes.
+#[derive(Debug, Clone, Args)]
+pub struct Global {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub user: Option<String>,
+    /// The operator's namespace (its Jobs, pods and Deployment live there; NodeWrights are
+    /// cluster-scoped).
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        default_value = "nodewright",
+        value_name = "NAMESPACE"
+    )]
+    pub namespace: String,
+    /// How long one API request may take, as a Go duration (`30s`, `1m`).
+    #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
+    pub request_timeout: String,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long,
+        global = true,
+        value_enum,
+        ignore_case = true,
+        default_value = "table"
+    )]
+    pub output: Format,
+    /// Print what would be written (validated by the API server), write nothing.
+    #[arg(long, global = true)]
+    pub dry_run: bool,
+    /// More detail on stderr (repeat for more).
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// A confirmation flag.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Confirm {
+    /// Do not ask for a confirmation.
+    #[arg(short = 'y', long = "yes", visible_alias = "confirm")]
+    pub yes: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the plugin's version and the operator's (read from its Deployment in the cluster).
+    #[command(after_help = "\
+Examples:
+  kubectl nodewright version
+  kubectl nodewright version --client-only
+  kubectl nodewright version -n nodewright-system -o json")]
+    Version(VersionArgs),
+    /// Pause a NodeWright: nothing new starts and its unfinished stage Jobs are suspended.
+    #[command(
+        long_about = "Pause a NodeWright: sets the annotation nodewright.nvidia.com/pause=true. \
+No new stage starts, its unfinished stage Jobs are suspended, and NodeWrights after it (by \
+priority) do not move on on its unfinished nodes. `resume` undoes it.",
+        after_help = "Examples:\n  kubectl nodewright pause gpu-setup\n  kubectl nodewright pause gpu-setup -y --dry-run"
+    )]
+    Pause(Lifecycle),
+    /// Resume a paused NodeWright.
+    #[command(
+        long_about = "Resume a paused NodeWright: removes the annotation nodewright.nvidia.com/pause; \
+its suspended Jobs continue and the rollout goes on where it stopped.",
+        after_help = "Examples:\n  kubectl nodewright resume gpu-setup -y"
+    )]
+    Resume(Lifecycle),
+    /// Disable a NodeWright: it is skipped, later NodeWrights proceed without it.
+    #[command(
+        long_about = "Disable a NodeWright: sets the annotation nodewright.nvidia.com/disable=true. \
+The operator skips it entirely and NodeWrights after it proceed as if it did not exist. \
+`enable` undoes it.",
+        after_help = "Examples:\n  kubectl nodewright disable gpu-setup -y"
+    )]
+    Disable(Lifecycle),
+    /// Enable a disabled NodeWright.
+    #[command(after_help = "Examples:\n  kubectl nodewright enable gpu-setup -y")]
+    Enable(Lifecycle),
+    /// Reset a NodeWright on every node: its packages run again from the start.
+    #[command(
+        long_about = "Reset a NodeWright on every node that has its state: removes the node \
+annotations nodewright.nvidia.com/nodeState_<name>, status_<name> (and the label), version_<name>, \
+releases its cordon, and (unless --skip-batch-reset) resets its batch state so the rollout starts \
+again at batch 1. Every package then runs again from `apply` on every node, through the budget.",
+        after_help = "Examples:\n  kubectl nodewright reset gpu-setup --dry-run\n  kubectl nodewright reset gpu-setup -y --skip-batch-reset"
+    )]
+    Reset(ResetArgs),
+    /// DeploymentPolicy batch state of a NodeWright.
+    #[command(name = "deployment-policy", visible_alias = "dp", subcommand)]
+    DeploymentPolicy(DpCommand),
+    /// Nodes: list, status, reset, ignore, unignore.
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// Packages: status, rerun, logs.
+    #[command(subcommand)]
+    Package(PackageCommand),
+    /// Preview a rollout: which nodes, in which compartment and batch, which stages, which
+    /// disruption.
+    #[command(
+        long_about = "Preview the rollout of a NodeWright as the operator will run it, computed by \
+the operator's own pure planner: which nodes are selected and which are ignored or blocked and \
+why (a taint not tolerated, the ignore label, paused, held back by an earlier NodeWright), the \
+compartment and batch each node falls in under its DeploymentPolicy (or legacy budget), the \
+budget ceiling, the stages that will run on each node, and which nodes are cordoned, drained and \
+rebooted. With -f, the NodeWright (and any DeploymentPolicy) in FILE is previewed instead of the \
+one in the cluster: what applying the change would do. The preview assumes every stage it starts \
+succeeds; a stage that already timed out stays timed out.",
+        after_help = "Examples:\n  kubectl nodewright plan gpu-setup\n  kubectl nodewright plan gpu-setup -f gpu-setup.yaml -o json\n  kubectl nodewright plan -f new-nodewright.yaml -o wide"
+    )]
+    Plan(PlanArgs),
+    /// Explain why a node or a package is not complete, and the command that clears it.
+    #[command(
+        long_about = "Explain, in one screen, why a NodeWright is not complete on a node (or, \
+without --node, on each node that is not): the stage each unfinished package is at, the attempts \
+used of the Job's backoff limit, whether the stage timed out and from which evidence \
+(DeadlineExceeded, an exit code, a kubelet rejection), the first and last attempt pods with their \
+reasons, the last-logs snapshot, what holds it back (a dependency, the budget, its batch, an \
+earlier NodeWright, a taint, a pause) and the exact command that clears it.",
+        after_help = "Examples:\n  kubectl nodewright why gpu-setup\n  kubectl nodewright why gpu-setup --node node-7\n  kubectl nodewright why gpu-setup --node node-7 --package driver -o yaml"
+    )]
+    Why(WhyArgs),
+    /// Convert upstream Skyhook objects and node state to NodeWright, keeping what is installed.
+    #[command(
+        long_about = "Migrate from upstream Skyhook (skyhook.nvidia.com/v1alpha1): converts \
+Skyhook and DeploymentPolicy objects (from the cluster, or from -f files) into NodeWright and \
+DeploymentPolicy objects of nodewright.nvidia.com/v1alpha1, and copies each node's upstream \
+records (annotations skyhook.nvidia.com/nodeState_<name>, status_<name>, cordon_<name>, \
+version_<name>, the status label, the ignore label and the runtime-required taint) to the \
+nodewright.nvidia.com/ keys, so packages already installed are not run again. Node records are \
+written before the NodeWright objects are created, so the operator never sees a NodeWright \
+without its history. The upstream objects and keys are left in place; stop the upstream operator \
+first. Everything is checked before anything is written; --dry-run shows every change.",
+        after_help = "Examples:\n  kubectl nodewright migrate-from-skyhook --dry-run\n  kubectl nodewright migrate-from-skyhook -y\n  kubectl nodewright migrate-from-skyhook -f skyhooks.yaml --skyhook gpu-setup -y"
+    )]
+    MigrateFromSkyhook(MigrateArgs),
+    /// Print a shell completion script (bash, zsh, fish).
+    #[command(
+        long_about = "Print a completion script for kubectl-nodewright. Load it in the current \
+shell, or install it where your shell reads completions.",
+        after_help = "Examples:\n  source <(kubectl-nodewright completion bash)\n  kubectl-nodewright completion zsh > \"${fpath[1]}/_kubectl-nodewright\"\n  kubectl-nodewright completion fish > ~/.config/fish/completions/kubectl-nodewright.fish"
+    )]
+    Completion(CompletionArgs),
+}
+
+/// `version`.
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    /// Only the plugin's version; do not contact the cluster.
+    #[arg(long)]
+    pub client_only: bool,
+}
+
+/// pause, resume, disable, enable.
+#[derive(Debug, Args)]
+pub struct Lifecycle {
+    /// The NodeWright.
+    pub name: String,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// `reset`.
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// The NodeWright.
+    pub name: String,
+    /// Keep the batch state (the rollout does not start again at batch 1).
+    #[arg(long)]
+    pub skip_batch_reset: bool,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// `deployment-policy ...`.
+#[derive(Debug, Subcommand)]
+pub enum DpCommand {
+    /// Reset the batch state of every compartment of a NodeWright (clears a stopped rollout).
+    #[command(
+        long_about = "Reset the batch state of every compartment of a NodeWright's rollout: batch \
+1, no consecutive failures, not stopped. Clears a rollout that stopped because its failed batches \
+reached the failure threshold; the nodes' records are not touched.",
+        after_help = "Examples:\n  kubectl nodewright deployment-policy reset gpu-setup\n  kubectl nodewright dp reset gpu-setup -y"
+    )]
+    Reset(DpResetArgs),
+}
+
+/// `deployment-policy reset`.
+#[derive(Debug, Args)]
+pub struct DpResetArgs {
+    /// The NodeWright.
+    pub name: String,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// `node ...`.
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// List nodes with their status for each NodeWright (or one).
+    #[command(
+        long_about = "List the nodes a NodeWright targets, or has state on, with the node's status \
+as the operator recorded it and its packages complete out of the NodeWright's packages. Without \
+--nodewright, every NodeWright in the cluster.",
+        after_help = "Examples:\n  kubectl nodewright node list --nodewright gpu-setup\n  kubectl nodewright node list -o wide"
+    )]
+    List(NodeListArgs),
+    /// Show every NodeWright's records on the matching nodes.
+    #[command(
+        long_about = "Show the NodeWright records on the nodes matching PATTERN (every node when \
+none is given): one row per node and NodeWright, or (-o wide) one row per package with its \
+version, stage, state, failed attempts and image. A pattern with any of . * + ? ^ $ { } [ ] | ( ) \\ \
+is a regular expression matched against the whole node name; otherwise it is an exact name.",
+        after_help = "Examples:\n  kubectl nodewright node status node-7\n  kubectl nodewright node status 'gpu-.*' --nodewright gpu-setup -o wide"
+    )]
+    Status(NodeStatusArgs),
+    /// Reset a NodeWright on the matching nodes: its packages run again there.
+    #[command(
+        long_about = "Reset a NodeWright on the nodes matching PATTERN: removes its node state and \
+status marks there and releases its cordon, so every package runs again from `apply` on those \
+nodes (e.g. after repairing a node).",
+        after_help = "Examples:\n  kubectl nodewright node reset node-7 --nodewright gpu-setup\n  kubectl nodewright node reset 'rack2-.*' --nodewright gpu-setup -y"
+    )]
+    Reset(NodeResetArgs),
+    /// Make every NodeWright skip the matching nodes (label nodewright.nvidia.com/ignore=true).
+    #[command(
+        after_help = "Examples:\n  kubectl nodewright node ignore node-7\n  kubectl nodewright node ignore 'maint-.*' --dry-run"
+    )]
+    Ignore(NodePatterns),
+    /// Remove the ignore label from the matching nodes.
+    #[command(after_help = "Examples:\n  kubectl nodewright node unignore node-7")]
+    Unignore(NodePatterns),
+}
+
+/// `node list`.
+#[derive(Debug, Args)]
+pub struct NodeListArgs {
+    /// Only this NodeWright.
+    #[arg(long, value_name = "NAME")]
+    pub nodewright: Option<String>,
+}
+
+/// `node status`.
+#[derive(Debug, Args)]
+pub struct NodeStatusArgs {
+    /// Node names or regular expressions (default: every node).
+    pub patterns: Vec<String>,
+    /// Only this NodeWright's records.
+    #[arg(long, value_name = "NAME")]
+    pub nodewright: Option<String>,
+}
+
+/// `node reset`.
+#[derive(Debug, Args)]
+pub struct NodeResetArgs {
+    /// Node names or regular expressions.
+    #[arg(required = true)]
+    pub patterns: Vec<String>,
+    /// The NodeWright to reset.
+    #[arg(long, required = true, value_name = "NAME")]
+    pub nodewright: String,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// `node ignore|unignore`.
+#[derive(Debug, Args)]
+pub struct NodePatterns {
+    /// Node names or regular expressions.
+    #[arg(required = true)]
+    pub patterns: Vec<String>,
+}
+
+/// `package ...`.
+#[derive(Debug, Subcommand)]
+pub enum PackageCommand {
+    /// Show a package's records on each node.
+    #[command(
+        after_help = "Examples:\n  kubectl nodewright package status driver --nodewright gpu-setup\n  kubectl nodewright package status driver --nodewright gpu-setup --node 'gpu-.*' -o wide"
+    )]
+    Status(PackageStatusArgs),
+    /// Run a package again on the matching nodes (from the start, or from --stage).
+    #[command(
+        long_about = "Run a package again on the nodes matching --node. Without --stage its record \
+is removed and it runs from `apply`; with --stage it runs again from that stage. This is also how \
+a timed-out stage is cleared once its cause is fixed.",
+        after_help = "Examples:\n  kubectl nodewright package rerun driver --nodewright gpu-setup --node node-7\n  kubectl nodewright package rerun driver --nodewright gpu-setup --node 'gpu-.*' --stage config -y"
+    )]
+    Rerun(PackageRerunArgs),
+    /// Print a package's stage logs (retained attempt pods, or the last-logs snapshot).
+    #[command(
+        long_about = "Print the logs of a package's stages: from the pods its stage Jobs kept (the \
+first and last failed attempts of a timed-out stage, the attempts of a running one), one header \
+per container; when those pods are gone, or hold no log, the last-logs snapshot the operator kept \
+on the Job (nodewright.nvidia.com/last-logs).",
+        after_help = "Examples:\n  kubectl nodewright package logs driver --nodewright gpu-setup --node node-7\n  kubectl nodewright package logs driver --nodewright gpu-setup --node node-7 --stage apply --tail 50\n  kubectl nodewright package logs driver --nodewright gpu-setup --node node-7 -f"
+    )]
+    Logs(PackageLogsArgs),
+}
+
+/// `package status`.
+#[derive(Debug, Args)]
+pub struct PackageStatusArgs {
+    /// The package.
+    pub package: String,
+    /// Its NodeWright.
+    #[arg(long, required = true, value_name = "NAME")]
+    pub nodewright: String,
+    /// Only nodes matching these names or regular expressions.
+    #[arg(long = "node", value_name = "PATTERN")]
+    pub nodes: Vec<String>,
+}
+
+/// `package rerun`.
+#[derive(Debug, Args)]
+pub struct PackageRerunArgs {
+    /// The package.
+    pub package: String,
+    /// Its NodeWright.
+    #[arg(long, required = true, value_name = "NAME")]
+    pub nodewright: String,
+    /// Nodes (names or regular expressions).
+    #[arg(long = "node", required = true, value_name = "PATTERN")]
+    pub nodes: Vec<String>,
+    /// Run again from this stage instead of from the start.
+    #[arg(long, value_enum)]
+    pub stage: Option<RerunStage>,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// `package logs`.
+#[derive(Debug, Args)]
+pub struct PackageLogsArgs {
+    /// The package.
+    pub package: String,
+    /// Its NodeWright.
+    #[arg(long, required = true, value_name = "NAME")]
+    pub nodewright: String,
+    /// Only nodes matching this name or regular expression.
+    #[arg(long = "node", value_name = "PATTERN")]
+    pub node: Option<String>,
+    /// Only this stage.
+    #[arg(long, value_enum)]
+    pub stage: Option<LogStage>,
+    /// Follow the log of running containers.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Lines from the end of each log (-1: all).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub tail: i64,
+}
+
+/// `plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The NodeWright (optional with -f when the file holds exactly one).
+    pub name: Option<String>,
+    /// A manifest (YAML or JSON, several documents allowed) holding the changed NodeWright and any
+    /// DeploymentPolicy it uses; `-` reads stdin.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+/// `why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The NodeWright.
+    pub name: String,
+    /// The node (exact name).
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// Only this package.
+    #[arg(long, value_name = "PACKAGE")]
+    pub package: Option<String>,
+}
+
+/// `migrate-from-skyhook`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Read the Skyhook and DeploymentPolicy objects from these files (YAML or JSON) instead of the
+    /// cluster.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Only these Skyhooks (default: all).
+    #[arg(long = "skyhook", value_name = "NAME")]
+    pub skyhooks: Vec<String>,
+    /// The upstream operator's runtime-required taint (its RUNTIME_REQUIRED_TAINT): replaced on
+    /// the nodes by this operator's, which NodeWrights tolerate.
+    #[arg(
+        long,
+        default_value = "skyhook.nvidia.com=runtime-required:NoSchedule",
+        value_name = "KEY=VALUE:EFFECT"
+    )]
+    pub skyhook_runtime_taint: String,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// `completion`.
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}

@@ -1,0 +1,486 @@
+//! `plan`: a rollout preview computed by the operator's own planner
+//! ([`nodewright_operator::preview`]) from the cluster's objects, or with the changed NodeWright
+//! (and policies) of a manifest.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use nodewright_operator::preview::{Blocker, NodePreview, Preview, Snapshot, preview};
+use nodewright_shared::api::{DeploymentPolicy, NodeWright, Sequencing};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::Stage;
+use serde_json::Value;
+
+use crate::args::PlanArgs;
+use crate::cluster;
+use crate::context::Ctx;
+use crate::error::{CliError, Result};
+use crate::output::{Render, Table, or_dash, print};
+
+/// A preview with what the table needs besides.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanReport {
+    /// The preview.
+    #[serde(flatten)]
+    pub preview: Preview,
+    /// Where the operator settings came from.
+    pub operator_settings: String,
+    /// The NodeWright came from this file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// A blocker as a sentence, and the command that clears it (when one does).
+pub fn explain(b: &Blocker, nodewright: &str, node: &str) -> (String, Option<String>) {
+    match b {
+        Blocker::Ignored => (
+            format!("ignored: the node carries {}=true", keys::IGNORE_LABEL),
+            Some(format!("kubectl nodewright node unignore {node}")),
+        ),
+        Blocker::Taints { taints } => (
+            format!(
+                "taints not tolerated: {} (add a toleration to spec.additionalTolerations, or remove the taint)",
+                taints.join(", ")
+            ),
+            Some(format!(
+                "kubectl taint node {node} {}",
+                taints
+                    .iter()
+                    .map(|t| format!("{t}-"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
+        ),
+        Blocker::MalformedState => (
+            format!(
+                "its node state ({}) cannot be read; the operator never overwrites it",
+                keys::node_state_key(nodewright)
+            ),
+            Some(format!(
+                "kubectl nodewright node reset {node} --nodewright {nodewright}"
+            )),
+        ),
+        Blocker::Paused => (
+            format!("NodeWright {nodewright} is paused"),
+            Some(format!("kubectl nodewright resume {nodewright}")),
+        ),
+        Blocker::Disabled => (
+            format!("NodeWright {nodewright} is disabled"),
+            Some(format!("kubectl nodewright enable {nodewright}")),
+        ),
+        Blocker::MissingPolicy { policy } => (
+            format!(
+                "its DeploymentPolicy {policy} does not exist: create it (kubectl apply -f ...)"
+            ),
+            None,
+        ),
+        Blocker::Priority {
+            nodewright: earlier,
+            sequencing,
+        } => (
+            match sequencing {
+                Sequencing::All => format!(
+                    "waits for NodeWright {earlier} (earlier priority, sequencing all) to be done on every node"
+                ),
+                Sequencing::Node => format!(
+                    "waits for NodeWright {earlier} (earlier priority) to be done on this node"
+                ),
+            },
+            Some(format!("kubectl nodewright why {earlier} --node {node}")),
+        ),
+        Blocker::Batch { compartment, batch } => (
+            format!(
+                "queued for batch {batch} of compartment {compartment}: it starts when the batches before it are done (budget)"
+            ),
+            None,
+        ),
+        Blocker::Stopped { compartment } => (
+            format!(
+                "the rollout of compartment {compartment} stopped: its failed batches reached the failure threshold"
+            ),
+            Some(format!(
+                "kubectl nodewright deployment-policy reset {nodewright}"
+            )),
+        ),
+        Blocker::NotReached { compartment } => (
+            format!(
+                "not reached: an earlier batch of compartment {compartment} does not end (a node there does not finish)"
+            ),
+            Some(format!("kubectl nodewright why {nodewright}")),
+        ),
+        Blocker::TimedOut {
+            package,
+            version,
+            stage,
+            job,
+        } => (
+            format!(
+                "package {package}:{version} timed out at stage {stage} (Job {job} kept as evidence); nothing reruns it until it is cleared"
+            ),
+            Some(rerun_command(nodewright, package, node, *stage)),
+        ),
+        Blocker::Dependency { package, waits_for } => (
+            format!(
+                "package {package} waits for {} (failing, or not in the spec)",
+                waits_for.join(", ")
+            ),
+            waits_for.first().map(|dep| {
+                format!(
+                    "kubectl nodewright why {nodewright} --node {node} --package {}",
+                    dep.split('|').next().unwrap_or(dep)
+                )
+            }),
+        ),
+    }
+}
+
+/// The command that runs `package` again on `node` from `stage` (from the start for apply and the
+/// stages a rerun cannot start at).
+pub fn rerun_command(nodewright: &str, package: &str, node: &str, stage: Stage) -> String {
+    let from = match stage {
+        Stage::Config | Stage::Interrupt | Stage::PostInterrupt => format!(" --stage {stage}"),
+        _ => String::new(),
+    };
+    format!(
+        "kubectl nodewright package rerun {package} --nodewright {nodewright} --node {node}{from}"
+    )
+}
+
+/// An interrupt type as the API spells it (`reboot`, `service`...).
+pub fn interrupt_name(kind: nodewright_shared::api::InterruptType) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The stages of a node, per package: `a: apply, config; b: apply, config, interrupt(reboot)`.
+fn stages_cell(n: &NodePreview, wide: bool) -> String {
+    let mut per: Vec<(String, Vec<String>)> = Vec::new();
+    for s in &n.steps {
+        let label = if wide {
+            format!("{}:{}", s.package, s.version)
+        } else {
+            s.package.clone()
+        };
+        let mut stage = s.stage.to_string();
+        if let Some(kind) = s.interrupt {
+            stage = format!("{stage}({})", interrupt_name(kind));
+        }
+        if s.running {
+            stage = format!("{stage}*");
+        }
+        match per.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, stages)) => stages.push(stage),
+            None => per.push((label, vec![stage])),
+        }
+    }
+    or_dash(
+        per.into_iter()
+            .map(|(l, s)| format!("{l}: {}", s.join(",")))
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+impl Render for PlanReport {
+    fn table(&self, wide: bool) -> String {
+        let p = &self.preview;
+        let mut out = format!(
+            "NodeWright {}{}: {} node(s) selected, {} not selected",
+            p.nodewright,
+            p.deployment_policy
+                .as_deref()
+                .map(|d| format!(" (DeploymentPolicy {d})"))
+                .unwrap_or_else(|| " (legacy interruptionBudget)".to_owned()),
+            p.nodes.len(),
+            p.not_selected
+        );
+        if let Some(f) = &self.file {
+            out.push_str(&format!("; as changed in {f}"));
+        }
+        out.push('\n');
+        if p.paused {
+            out.push_str(&format!(
+                "Paused: nothing starts until `kubectl nodewright resume {}`; the batches below start then.\n",
+                p.nodewright
+            ));
+        }
+        if p.disabled {
+            out.push_str(&format!(
+                "Disabled: nothing starts until `kubectl nodewright enable {}`; the batches below start then.\n",
+                p.nodewright
+            ));
+        }
+        if p.missing_policy {
+            out.push_str("Its DeploymentPolicy does not exist: no node starts.\n");
+        }
+        if p.deleting {
+            out.push_str(
+                "Being deleted: the uninstalls of its uninstall-enabled packages run first.\n",
+            );
+        }
+        out.push('\n');
+        let mut t = Table::new(&["COMPARTMENT", "STRATEGY", "CEILING", "NODES", "BATCHES"]);
+        for c in &p.compartments {
+            let batches = c
+                .batches
+                .iter()
+                .map(|b| {
+                    format!(
+                        "{}{}: {}",
+                        b.number,
+                        if b.in_progress { " (now)" } else { "" },
+                        b.nodes.join(", ")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" | ");
+            t.row(vec![
+                c.name.clone(),
+                c.strategy.to_owned(),
+                c.ceiling.to_string(),
+                c.nodes.to_string(),
+                format!(
+                    "{}{}",
+                    or_dash(batches),
+                    if c.stopped { " (stopped)" } else { "" }
+                ),
+            ]);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+        let mut headers = vec![
+            "NODE",
+            "COMPARTMENT",
+            "BATCH",
+            "STATUS",
+            "STAGES",
+            "DISRUPTION",
+            "NOTE",
+        ];
+        if wide {
+            headers.insert(1, "ORDER");
+        }
+        let mut t = Table::new(&headers);
+        for n in &p.nodes {
+            let mut disruption = Vec::new();
+            if n.drain {
+                disruption.push("cordon+drain");
+            }
+            if n.reboot {
+                disruption.push("reboot");
+            }
+            let note = if n.complete {
+                "complete".to_owned()
+            } else if let Some(b) = n.blockers.first() {
+                let (text, _) = explain(b, &p.nodewright, &n.name);
+                if n.blockers.len() > 1 {
+                    format!("{text} (+{} more)", n.blockers.len() - 1)
+                } else {
+                    text
+                }
+            } else if n.started {
+                "in progress".to_owned()
+            } else {
+                "-".to_owned()
+            };
+            let mut row = vec![
+                n.name.clone(),
+                or_dash(n.compartment.clone().unwrap_or_default()),
+                n.batch.map_or_else(|| "-".to_owned(), |b| b.to_string()),
+                n.status.as_str().to_owned(),
+                stages_cell(n, wide),
+                or_dash(disruption.join(",")),
+                note,
+            ];
+            if wide {
+                row.insert(
+                    1,
+                    n.order
+                        .map_or_else(|| "-".to_owned(), |o| (o + 1).to_string()),
+                );
+            }
+            t.row(row);
+        }
+        out.push_str(&t.render());
+        if p.nodes.iter().any(|n| n.steps.iter().any(|s| s.running)) {
+            out.push_str("(* runs now)\n");
+        }
+        out.push_str(&format!("Operator settings: {}.\n", self.operator_settings));
+        out
+    }
+}
+
+/// The NodeWright and policies of a manifest; `name` picks the NodeWright when it holds several.
+fn read_manifest(path: &Path, name: Option<&str>) -> Result<(NodeWright, Vec<DeploymentPolicy>)> {
+    let shown = path.display().to_string();
+    let text = if shown == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|source| CliError::Read {
+                path: "stdin".into(),
+                source,
+            })?;
+        s
+    } else {
+        std::fs::read_to_string(path).map_err(|source| CliError::Read {
+            path: shown.clone(),
+            source,
+        })?
+    };
+    let mut nodewrights = Vec::new();
+    let mut policies = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| {
+            CliError::Invalid(format!(
+                "{shown}: document {} is not YAML or JSON: {e}",
+                i + 1
+            ))
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let api_version = value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let expected = format!("{}/{}", keys::GROUP, keys::VERSION);
+        let decode = |what: &str| {
+            CliError::Invalid(format!(
+                "{shown}: document {} ({what}) does not match the {what} schema",
+                i + 1
+            ))
+        };
+        match (api_version == expected, kind) {
+            (true, "NodeWright") => nodewrights.push(
+                serde_json::from_value::<NodeWright>(value.clone())
+                    .map_err(|e| CliError::Invalid(format!("{}: {e}", decode("NodeWright"))))?,
+            ),
+            (true, "DeploymentPolicy") => policies.push(
+                serde_json::from_value::<DeploymentPolicy>(value.clone()).map_err(|e| {
+                    CliError::Invalid(format!("{}: {e}", decode("DeploymentPolicy")))
+                })?,
+            ),
+            _ => {
+                return Err(CliError::Invalid(format!(
+                    "{shown}: document {} is {api_version}/{kind}: expected a NodeWright or a \
+                     DeploymentPolicy of {expected}",
+                    i + 1
+                )));
+            }
+        }
+    }
+    let nodewright = match name {
+        Some(n) => nodewrights
+            .into_iter()
+            .find(|nw| nw.metadata.name.as_deref() == Some(n))
+            .ok_or_else(|| CliError::NotFound(format!("{shown} holds no NodeWright named {n}")))?,
+        None => {
+            let count = nodewrights.len();
+            let mut it = nodewrights.into_iter();
+            match (it.next(), count) {
+                (Some(nw), 1) => nw,
+                (None, _) => {
+                    return Err(CliError::Invalid(format!("{shown} holds no NodeWright")));
+                }
+                _ => {
+                    return Err(CliError::Usage(format!(
+                        "{shown} holds {count} NodeWrights: name the one to preview"
+                    )));
+                }
+            }
+        }
+    };
+    if nodewright
+        .metadata
+        .name
+        .as_deref()
+        .is_none_or(str::is_empty)
+    {
+        return Err(CliError::Invalid(format!(
+            "{shown}: the NodeWright has no metadata.name"
+        )));
+    }
+    Ok((nodewright, policies))
+}
+
+/// Everything the preview of `nodewright` reads from the cluster; `file_policies` replace the
+/// cluster's policies of the same name.
+pub async fn snapshot(
+    ctx: &Ctx,
+    nodewright: NodeWright,
+    file_policies: Vec<DeploymentPolicy>,
+) -> Result<(Snapshot, String)> {
+    let name = nodewright.name_any();
+    let (defaults, runtime_taint, source) = cluster::operator_settings(ctx).await?;
+    let mut policies: BTreeMap<String, DeploymentPolicy> = cluster::policies(ctx)
+        .await?
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+    for p in file_policies {
+        policies.insert(p.name_any(), p);
+    }
+    Ok((
+        Snapshot {
+            nodewright,
+            nodewrights: cluster::nodewrights(ctx).await?,
+            nodes: cluster::nodes(ctx).await?,
+            policies: policies.into_values().collect(),
+            jobs: cluster::jobs(ctx, None).await?,
+            configmaps: cluster::configmaps(ctx, &name).await?,
+            defaults,
+            runtime_taint,
+            now: Timestamp::now(),
+        },
+        source,
+    ))
+}
+
+/// Runs `plan`.
+pub async fn run(ctx: &Ctx, args: &PlanArgs) -> Result<()> {
+    let (nodewright, file_policies, file) = match &args.file {
+        Some(path) => {
+            let (mut nw, policies) = read_manifest(path, args.name.as_deref())?;
+            // The cluster object's status is what the operator would start from.
+            if let Some(current) = cluster::nodewright_opt(ctx, &nw.name_any()).await? {
+                nw.status = current.status;
+                nw.metadata.uid = current.metadata.uid;
+                nw.metadata.generation = current.metadata.generation.map(|g| g + 1);
+                nw.metadata.creation_timestamp = current.metadata.creation_timestamp;
+            } else {
+                nw.status = None;
+                nw.metadata.generation = Some(1);
+            }
+            (nw, policies, Some(path.display().to_string()))
+        }
+        None => {
+            let name = args.name.as_deref().ok_or_else(|| {
+                CliError::Usage(
+                    "name the NodeWright to preview, or give its manifest with -f".into(),
+                )
+            })?;
+            (cluster::nodewright(ctx, name).await?, Vec::new(), None)
+        }
+    };
+    let (snap, source) = snapshot(ctx, nodewright, file_policies).await?;
+    let preview = preview(&snap).map_err(|e| CliError::Invalid(e.to_string()))?;
+    print(
+        ctx.format(),
+        &PlanReport {
+            preview,
+            operator_settings: source,
+            file,
+        },
+    )
+}

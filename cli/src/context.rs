@@ -1,0 +1,127 @@
+//! What every command works with: the global flags and, built on first use (`completion` and
+//! `version --client-only` never contact a cluster), the API client.
+
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use nodewright_shared::duration::GoDuration;
+use tokio::sync::OnceCell;
+
+use crate::args::{Format, Global};
+use crate::error::{CliError, Result, chain};
+
+/// The longest wait for a TCP/TLS connection, whatever `--request-timeout` says.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A command's context.
+pub struct Ctx {
+    /// The global flags.
+    pub global: Global,
+    timeout: Duration,
+    client: OnceCell<(kube::Client, String)>,
+}
+
+impl Ctx {
+    /// Checks the global flags (a bad `--request-timeout` is a usage error).
+    pub fn new(global: Global) -> Result<Self> {
+        let timeout = GoDuration::parse(&global.request_timeout)
+            .ok()
+            .and_then(GoDuration::to_std)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--request-timeout {:?}: expected a positive Go duration such as 30s or 1m",
+                    global.request_timeout
+                ))
+            })?;
+        Ok(Ctx {
+            global,
+            timeout,
+            client: OnceCell::new(),
+        })
+    }
+
+    /// The output format.
+    pub fn format(&self) -> Format {
+        self.global.output
+    }
+
+    /// `--dry-run`.
+    pub fn dry_run(&self) -> bool {
+        self.global.dry_run
+    }
+
+    /// The operator's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.global.namespace
+    }
+
+    /// The API client (built once).
+    pub async fn client(&self) -> Result<&kube::Client> {
+        let (client, _) = self
+            .client
+            .get_or_try_init(|| async { self.build().await })
+            .await?;
+        Ok(client)
+    }
+
+    /// The API server's URL ("" before the client is built).
+    pub fn server(&self) -> &str {
+        self.client.get().map_or("", |(_, s)| s.as_str())
+    }
+
+    async fn build(&self) -> Result<(kube::Client, String)> {
+        let options = KubeConfigOptions {
+            context: self.global.context.clone(),
+            cluster: self.global.cluster.clone(),
+            user: self.global.user.clone(),
+        };
+        let path = self
+            .global
+            .kubeconfig
+            .as_ref()
+            .map(|p| p.display().to_string());
+        let kubeconfig_error = |e: &dyn std::error::Error| CliError::Kubeconfig {
+            path: path.clone(),
+            reason: chain(e),
+        };
+        let mut config = match &self.global.kubeconfig {
+            Some(file) => {
+                let kubeconfig = Kubeconfig::read_from(file).map_err(|e| kubeconfig_error(&e))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|e| kubeconfig_error(&e))?
+            }
+            None => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| kubeconfig_error(&e))?,
+        };
+        config.connect_timeout = Some(self.timeout.min(MAX_CONNECT_TIMEOUT));
+        config.read_timeout = Some(self.timeout);
+        config.write_timeout = Some(self.timeout);
+        let server = config.cluster_url.to_string();
+        let client = kube::Client::try_from(config).map_err(|e| CliError::Kubeconfig {
+            path: path.clone(),
+            reason: chain(&e),
+        })?;
+        Ok((client, server.trim_end_matches('/').to_owned()))
+    }
+
+    /// Turns an API error into a [`CliError`] saying what was being done.
+    pub fn api_error(&self, what: impl Into<String>) -> impl FnOnce(kube::Error) -> CliError + '_ {
+        let what = what.into();
+        move |error| match error {
+            kube::Error::Api(status) => CliError::Api {
+                what,
+                message: status.message.clone(),
+                code: status.code,
+                reason: status.reason.clone(),
+            },
+            other => CliError::Unreachable {
+                server: self.server().to_owned(),
+                what,
+                reason: chain(&other),
+            },
+        }
+    }
+}

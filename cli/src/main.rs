@@ -1,0 +1,5 @@
+//! `kubectl-nodewright`: see the library documentation.
+
+fn main() -> std::process::ExitCode {
+    nodewright_cli::main_exit()
+}
