@@ -96,6 +96,9 @@ options:
   kubeAdmission: true
   # Hundreds of kwok nodes renew leases often; client-side throttling would let them expire.
   disableQPSLimits: true
+  # kwok serves the container logs of a fake pod from the file a kwok.x-k8s.io Logs object names
+  # (one per pod, created by a test that reads logs through the API); other pods have none.
+  enableCRDs: [Logs]
   etcdBinary: ${bin_dir}/etcd
   kubeApiserverBinary: ${bin_dir}/kube-apiserver
   kubeControllerManagerBinary: ${bin_dir}/kube-controller-manager
