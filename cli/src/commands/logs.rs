@@ -269,8 +269,13 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
                 tail_lines: tail,
                 ..LogParams::default()
             };
-            let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
-            if args.follow && running && text {
+            // Follow the containers of pods still running (a kubelet ends the stream of a
+            // container that has terminated).
+            let pod_running = matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Running" | "Pending")
+            );
+            if args.follow && pod_running && text {
                 println!("{}", entry.header());
                 match follow(&api, &pod_name, params).await {
                     Ok(()) => {

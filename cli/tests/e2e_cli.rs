@@ -1,0 +1,2057 @@
+//! `kubectl-nodewright` end to end: the real binary, run as a user runs it (no terminal on stdin,
+//! the cluster's kubeconfig), against the local control plane with an operator running. One
+//! cluster for the whole suite; each test has its own namespace (the operator's), its own fake
+//! nodes, its own NodeWrights and its own in-process operator scoped to them.
+//!
+//! - `plan` previews the batches, and the operator then starts the nodes in exactly that order;
+//! - `why` explains a timed-out stage from its evidence, `package logs` shows the attempts' logs
+//!   (kwok serves them from a file through the real log API) and then the last-logs snapshot once
+//!   the pods are gone, `package rerun` clears it;
+//! - lifecycle, node and reset commands write only when confirmed (`-y`, a real terminal), refuse
+//!   without a terminal, and write nothing with `--dry-run`; every output format parses;
+//! - bad input (unknown NodeWright, a pattern matching no node, a stage the package does not have,
+//!   an unreachable cluster) is refused with a clear error, exit status 1, nothing written;
+//! - `migrate-from-skyhook` converts upstream objects and node records, and the operator then
+//!   runs nothing that was already installed;
+//! - `version`, `completion`, every command's `--help`, and `kubectl nodewright` through kubectl.
+
+#[path = "../../operator/tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::{
+    FirstJobs, LogGiver, Run, append_cri_log, cli, node_marks, run_binary, write_cri_log,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use nodewright_e2e::{Cluster, PodFate};
+use nodewright_operator::JobHook;
+use nodewright_shared::api::{
+    DeploymentBudget, DeploymentPolicy, DeploymentPolicySpec, DeploymentStrategy, Interrupt,
+    InterruptType, LinearStrategy, NodeWright, NodeWrightSpec, PolicyDefault, Status,
+};
+use nodewright_shared::keys;
+use serde_json::{Value, json};
+use support::{
+    BOUND, Operator, cluster, create_fake_node, operator_env, package, spawn_operator,
+    wait_nodewright, wait_status, wait_timed_out_job,
+};
+
+/// The label scoping each test's NodeWrights to its own operator.
+const SUITE: &str = "cli.nodewright.test/suite";
+/// The label grouping each test's fake nodes.
+const POOL: &str = "cli.nodewright.test/pool";
+
+/// An operator reconciling only the NodeWrights named `names`, Jobs in `namespace`.
+fn operator(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[&str],
+    backoff_limit: i32,
+    hook: Option<JobHook>,
+) -> Operator {
+    let env = operator_env(namespace, format!("operator-{}", names[0]), backoff_limit);
+    spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE} in ({})", names.join(",")),
+        hook,
+        None,
+    )
+}
+
+/// Creates the fake nodes `<pool>-0..count-1` labelled with the pool; returns their names.
+async fn pool(client: &kube::Client, pool: &str, count: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..count {
+        let name = format!("{pool}-{i}");
+        create_fake_node(client, &name, &[(POOL, pool)], json!([])).await;
+        names.push(name);
+    }
+    names
+}
+
+/// A NodeWright on the nodes of `pool`, labelled for its operator, with `annotations`.
+async fn create_nodewright(
+    client: &kube::Client,
+    name: &str,
+    pool: &str,
+    spec: NodeWrightSpec,
+    annotations: &[(&str, &str)],
+) -> NodeWright {
+    let spec = NodeWrightSpec {
+        priority: nodewright_shared::api::DEFAULT_PRIORITY,
+        node_selectors: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(POOL.to_owned(), pool.to_owned())])),
+            match_expressions: None,
+        }),
+        ..spec
+    };
+    let mut nw = NodeWright::new(name, spec);
+    nw.metadata.labels = Some(BTreeMap::from([(SUITE.to_owned(), name.to_owned())]));
+    nw.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created")
+}
+
+/// A DeploymentPolicy: budget `count`, linear from `initial` by 1.
+async fn create_policy(client: &kube::Client, name: &str, count: i32, initial: i32) {
+    let policy = DeploymentPolicy::new(
+        name,
+        DeploymentPolicySpec {
+            default: PolicyDefault {
+                budget: DeploymentBudget {
+                    count: Some(count),
+                    percent: None,
+                },
+                strategy: DeploymentStrategy {
+                    linear: Some(LinearStrategy {
+                        batch: nodewright_shared::api::BatchParameters {
+                            initial_batch: Some(initial),
+                            ..Default::default()
+                        },
+                        delta: Some(1),
+                    }),
+                    ..DeploymentStrategy::default()
+                },
+            },
+            ..DeploymentPolicySpec::default()
+        },
+    );
+    Api::<DeploymentPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("policy created");
+}
+
+/// Waits until every node of `nodes` is complete for the NodeWright `name`.
+async fn wait_nodes_complete(cluster: &Cluster, client: &kube::Client, name: &str, nodes: &[&str]) {
+    wait_nodewright(cluster, client, name, "the nodes complete", |nw| {
+        nw.status.as_ref().is_some_and(|s| {
+            nodes
+                .iter()
+                .all(|n| s.node_status.get(*n) == Some(&Status::Complete))
+        })
+    })
+    .await;
+}
+
+/// Waits until every node of `nodes` records `package` complete at `config` for the NodeWright
+/// `name` (read from the nodes: the NodeWright's status may still show an earlier pass).
+async fn wait_installed(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    package: &str,
+    nodes: &[&str],
+) {
+    let api = Api::<Node>::all(client.clone());
+    let api = &api;
+    cluster
+        .wait_for(
+            &format!("{package} installed again on {nodes:?}"),
+            BOUND,
+            || async move {
+                for n in nodes {
+                    let node = api
+                        .get(n)
+                        .await
+                        .map_err(|e| cluster.kube_error(format!("get {n}"), e))?;
+                    let installed = support::state_of(&node, name).is_some_and(|s| {
+                        s.iter().any(|r| {
+                            r.name == package
+                                && r.stage == nodewright_shared::node_state::Stage::Config
+                                && r.state == Some(nodewright_shared::node_state::State::Complete)
+                        })
+                    });
+                    if !installed {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The annotation `key` of the NodeWright `name`.
+async fn nw_annotation(client: &kube::Client, name: &str, key: &str) -> Option<String> {
+    Api::<NodeWright>::all(client.clone())
+        .get(name)
+        .await
+        .expect("NodeWright")
+        .annotations()
+        .get(key)
+        .cloned()
+}
+
+/// The batches of a `plan -o json` output: per compartment, each batch's nodes.
+fn planned_batches(plan: &Value) -> Vec<Vec<String>> {
+    plan["compartments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["batches"].as_array().cloned().unwrap_or_default())
+        .map(|b| {
+            b["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect()
+        })
+        .collect()
+}
+
+/// The node entry `name` of a `plan -o json` output.
+fn planned_node<'a>(plan: &'a Value, name: &str) -> &'a Value {
+    plan["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == name))
+        .unwrap_or_else(|| panic!("node {name} in the plan: {plan:#}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_previews_the_batches_the_operator_then_runs() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cli-plan")
+        .await
+        .expect("namespace");
+    let name = "cli-plan";
+    let nodes = pool(&client, name, 4).await;
+    create_fake_node(
+        &client,
+        "cli-plan-ignored",
+        &[(POOL, name), (keys::IGNORE_LABEL, "true")],
+        json!([]),
+    )
+    .await;
+    create_fake_node(
+        &client,
+        "cli-plan-tainted",
+        &[(POOL, name)],
+        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
+    )
+    .await;
+    // A budget of 2 nodes; batches of 1, then 2, then what is left.
+    create_policy(&client, name, 2, 1).await;
+    let mut driver = package("2.0.0", &[("base", "1.0.0")]);
+    driver.interrupt = Some(Interrupt {
+        kind: InterruptType::Reboot,
+        services: vec![],
+    });
+    // Created paused: the preview is taken before anything runs.
+    create_nodewright(
+        &client,
+        name,
+        name,
+        NodeWrightSpec {
+            deployment_policy: Some(name.into()),
+            packages: BTreeMap::from([
+                ("base".to_owned(), package("1.0.0", &[])),
+                ("driver".to_owned(), driver),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+        &[(keys::PAUSE_ANNOTATION, "true")],
+    )
+    .await;
+    let first_jobs = FirstJobs::start(client.clone(), &ns);
+    let _operator = operator(&client, &ns, &[name], 3, None);
+    wait_status(cluster, &client, name, Status::Paused).await;
+
+    let plan = cli(cluster, &ns, &["plan", name, "-o", "json"])
+        .await
+        .json();
+    assert_eq!(plan["paused"], true);
+    assert_eq!(plan["compartments"][0]["strategy"], "linear");
+    assert_eq!(plan["compartments"][0]["ceiling"], 2);
+    let batches = planned_batches(&plan);
+    assert_eq!(
+        batches,
+        [
+            vec![nodes[0].clone()],
+            vec![nodes[1].clone(), nodes[2].clone()],
+            vec![nodes[3].clone()]
+        ],
+        "{plan:#}"
+    );
+    let first = planned_node(&plan, &nodes[0]);
+    assert_eq!(first["batch"], 1);
+    assert_eq!(first["status"], "paused");
+    assert_eq!(first["blockers"][0]["reason"], "paused");
+    assert!(
+        first["drain"] == true && first["reboot"] == true,
+        "{first:#}"
+    );
+    let stages: Vec<String> = first["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| {
+            format!(
+                "{}:{}",
+                s["package"].as_str().unwrap_or(""),
+                s["stage"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "base:apply",
+            "base:config",
+            "driver:apply",
+            "driver:config",
+            "driver:interrupt",
+            "driver:post-interrupt"
+        ]
+    );
+    let ignored = planned_node(&plan, "cli-plan-ignored");
+    assert_eq!(ignored["blockers"][0]["reason"], "ignored");
+    assert!(ignored["batch"].is_null());
+    let tainted = planned_node(&plan, "cli-plan-tainted");
+    assert_eq!(tainted["blockers"][0]["reason"], "taints");
+    assert_eq!(tainted["blockers"][0]["taints"][0], "dedicated:NoSchedule");
+
+    // The same preview in every format.
+    let yaml = cli(cluster, &ns, &["plan", name, "-o", "yaml"])
+        .await
+        .yaml();
+    assert_eq!(planned_batches(&yaml), batches);
+    let table = cli(cluster, &ns, &["plan", name]).await;
+    let text = table.ok();
+    assert!(
+        text.contains("1: cli-plan-0 | 2: cli-plan-1, cli-plan-2 | 3: cli-plan-3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ignored: the node carries nodewright.nvidia.com/ignore=true"),
+        "{text}"
+    );
+    assert!(text.contains("cordon+drain,reboot"), "{text}");
+    let wide = cli(cluster, &ns, &["plan", name, "-o", "wide"]).await;
+    assert!(
+        wide.ok().contains("ORDER") && wide.ok().contains("base:1.0.0: apply,config"),
+        "{wide:#?}"
+    );
+
+    // A changed manifest: a fixed strategy of 4 is still capped by the budget of 2.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("changed.yaml");
+    let mut changed_policy: Value = serde_json::to_value(
+        Api::<DeploymentPolicy>::all(client.clone())
+            .get(name)
+            .await
+            .expect("policy"),
+    )
+    .expect("policy JSON");
+    changed_policy["spec"]["default"]["strategy"] = json!({"fixed": {"initialBatch": 4}});
+    changed_policy["metadata"] = json!({"name": name});
+    let mut changed_nw: Value = serde_json::to_value(
+        Api::<NodeWright>::all(client.clone())
+            .get(name)
+            .await
+            .expect("NodeWright"),
+    )
+    .expect("NodeWright JSON");
+    changed_nw["metadata"] = json!({"name": name});
+    changed_nw.as_object_mut().map(|o| o.remove("status"));
+    std::fs::write(
+        &file,
+        format!(
+            "{}---\n{}",
+            serde_yaml::to_string(&changed_nw).expect("yaml"),
+            serde_yaml::to_string(&changed_policy).expect("yaml")
+        ),
+    )
+    .expect("manifest");
+    let changed = cli(
+        cluster,
+        &ns,
+        &["plan", "-f", &file.display().to_string(), "-o", "json"],
+    )
+    .await
+    .json();
+    assert_eq!(
+        planned_batches(&changed),
+        [
+            vec![nodes[0].clone(), nodes[1].clone()],
+            vec![nodes[2].clone(), nodes[3].clone()]
+        ]
+    );
+    assert_eq!(changed["compartments"][0]["strategy"], "fixed");
+
+    // Resume through the plugin; the operator rolls out. Same nodes, same batch order.
+    cli(cluster, &ns, &["resume", name, "-y"]).await.ok();
+    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    wait_nodes_complete(cluster, &client, name, &refs).await;
+    let order = first_jobs.order();
+    assert_eq!(
+        order.len(),
+        4,
+        "only the selected, workable nodes got Jobs: {order:?}"
+    );
+    let mut at = 0;
+    for batch in &batches {
+        let observed: BTreeSet<&String> = order[at..at + batch.len()].iter().collect();
+        let planned: BTreeSet<&String> = batch.iter().collect();
+        assert_eq!(
+            observed, planned,
+            "first Jobs in order {order:?}, plan {batches:?}"
+        );
+        at += batch.len();
+    }
+    // The disruption the plan announced: the interrupt Job ran on every node.
+    let runs = first_jobs.runs();
+    for node in &nodes {
+        assert!(
+            runs.iter()
+                .any(|(n, _, stage)| n == node && stage == "interrupt"),
+            "{runs:?}"
+        );
+    }
+}
+
+/// A fate for the apply attempts of package `driver` until `fixed`: its check container exits 3.
+/// (The check is the last init container: kwok's `fail` of an earlier init container is refused
+/// by the apiserver, which forbids moving the later, already completed ones back to waiting.)
+fn failing_driver(fixed: Arc<AtomicBool>, only_node: Option<String>) -> JobHook {
+    let fail = PodFate::fail()
+        .exit_code(3)
+        .container("driver-applycheck")
+        .delay("1s");
+    Arc::new(move |job: &mut Job| {
+        let labels = job.labels().clone();
+        let is_driver_apply = labels
+            .get(keys::PACKAGE_LABEL)
+            .is_some_and(|p| p.starts_with("driver-"))
+            && labels.get(keys::STAGE_LABEL).map(String::as_str) == Some("apply");
+        let on_node = only_node
+            .as_ref()
+            .is_none_or(|n| labels.get(keys::NODE_LABEL) == Some(n));
+        if is_driver_apply
+            && on_node
+            && !fixed.load(Ordering::SeqCst)
+            && let Some(spec) = job.spec.as_mut()
+        {
+            fail.apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    })
+}
+
+/// Whether a pod runs a stage of package `package`.
+fn pod_of(package: &'static str) -> impl Fn(&Pod) -> bool + Send + 'static {
+    move |p: &Pod| {
+        p.labels()
+            .get(keys::PACKAGE_LABEL)
+            .is_some_and(|l| l.starts_with(&format!("{package}-")))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clears_it() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cli-why")
+        .await
+        .expect("namespace");
+    let name = "cli-why";
+    let nodes = pool(&client, name, 1).await;
+    let node = nodes[0].as_str();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let apply_log = dir.path().join("driver-apply.log");
+    write_cri_log(
+        &apply_log,
+        &["installing driver 1.4.0", "driver files in place"],
+    );
+    let check_log = dir.path().join("driver-applycheck.log");
+    write_cri_log(
+        &check_log,
+        &[
+            "checking driver 1.4.0",
+            "error: kernel headers for 6.1.0-cloud not found",
+        ],
+    );
+    let _logs = LogGiver::start(
+        client.clone(),
+        ns.clone(),
+        vec![
+            ("driver-apply".into(), apply_log.clone()),
+            ("driver-applycheck".into(), check_log.clone()),
+        ],
+        pod_of("driver"),
+    );
+    let fixed = Arc::new(AtomicBool::new(false));
+    // backoffLimit 1: two attempts.
+    let _operator = operator(
+        &client,
+        &ns,
+        &[name],
+        1,
+        Some(failing_driver(fixed.clone(), None)),
+    );
+    create_nodewright(
+        &client,
+        name,
+        name,
+        NodeWrightSpec {
+            packages: BTreeMap::from([
+                ("driver".to_owned(), package("1.4.0", &[])),
+                ("tuned".to_owned(), package("0.9.1", &[("driver", "1.4.0")])),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+        &[],
+    )
+    .await;
+    let job = wait_timed_out_job(cluster, &client, &ns).await;
+
+    let why = cli(cluster, &ns, &["why", name, "--node", node, "-o", "json"])
+        .await
+        .json();
+    let n = &why["nodes"][0];
+    assert_eq!(n["node"], node);
+    assert_eq!(n["status"], "erroring");
+    let driver = n["packages"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["package"] == "driver"))
+        .expect("driver explained");
+    assert_eq!(driver["stage"], "apply");
+    assert_eq!(driver["state"], "erroring");
+    assert_eq!(
+        (driver["attempts"].clone(), driver["attemptLimit"].clone()),
+        (json!(2), json!(2))
+    );
+    assert_eq!(driver["timedOut"], true);
+    assert_eq!(
+        driver["cause"],
+        "exit code 3 in container driver-applycheck"
+    );
+    assert_eq!(driver["job"], job.name_any());
+    assert!(
+        driver["evidence"].as_array().is_some_and(|e| e
+            .iter()
+            .any(|e| e == "a non-zero exit code on 2 attempt(s)")),
+        "{driver:#}"
+    );
+    assert_ne!(driver["firstAttempt"]["pod"], driver["lastAttempt"]["pod"]);
+    assert_eq!(
+        driver["firstAttempt"]["reason"],
+        "exit code 3 in container driver-applycheck"
+    );
+    assert_eq!(
+        driver["lastAttempt"]["reason"],
+        "exit code 3 in container driver-applycheck"
+    );
+    let snapshot = driver["lastLogs"].as_str().unwrap_or_default();
+    assert!(
+        snapshot.contains("kernel headers for 6.1.0-cloud not found"),
+        "{driver:#}"
+    );
+    assert!(
+        driver["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e
+                .as_str()
+                .is_some_and(|e| e.contains("after 2 of 2 attempts")))),
+        "{driver:#}"
+    );
+    let rerun =
+        format!("kubectl nodewright package rerun driver --nodewright {name} --node {node}");
+    assert_eq!(driver["command"], rerun.as_str());
+    let tuned = n["packages"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["package"] == "tuned"))
+        .expect("tuned explained");
+    assert!(tuned["stage"].is_null());
+    assert!(
+        tuned["next"]
+            .as_str()
+            .is_some_and(|t| t.contains("waits for driver|1.4.0")),
+        "{tuned:#}"
+    );
+    let text = cli(cluster, &ns, &["why", name, "--node", node]).await;
+    let text = text.ok();
+    assert!(text.contains("2 of 2 attempts used"), "{text}");
+    assert!(text.contains(&format!("clear it: {rerun}")), "{text}");
+    cli(cluster, &ns, &["why", name, "-o", "yaml"]).await.yaml();
+    let overview = cli(cluster, &ns, &["why", name]).await;
+    assert!(
+        overview.ok().contains(&format!("Node {node}: erroring")),
+        "{overview:#?}"
+    );
+
+    // Logs of the retained attempts, through the API (kwok serves the file).
+    let logs = cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "logs",
+            "driver",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+        ],
+    )
+    .await;
+    let text = logs.ok();
+    // The first and the last attempt, each with its stage and its check container.
+    assert_eq!(text.matches("==> Pod: ").count(), 4, "{text}");
+    assert!(
+        text.contains("Container: driver-apply [Completed]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Container: driver-applycheck [Exit: 3]"),
+        "{text}"
+    );
+    assert!(text.contains("installing driver 1.4.0"), "{text}");
+    let tail = cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "logs",
+            "driver",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+            "--tail",
+            "1",
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .json();
+    let check = tail
+        .as_array()
+        .and_then(|t| t.iter().find(|e| e["container"] == "driver-applycheck"))
+        .expect("the check container's log");
+    assert_eq!(check["source"], "pod");
+    assert_eq!(
+        check["log"].as_str().map(str::trim),
+        Some("error: kernel headers for 6.1.0-cloud not found")
+    );
+    // Once the pods are gone, the snapshot the operator kept on the Job.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for p in pods.list(&ListParams::default()).await.expect("pods") {
+        let _ = pods.delete(&p.name_any(), &DeleteParams::default()).await;
+    }
+    cluster
+        .wait_for("the attempt pods gone", BOUND, || async {
+            Ok(pods
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.is_empty().then_some(()))
+                .unwrap_or(None))
+        })
+        .await
+        .expect("pods deleted");
+    let snapshot = cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "logs",
+            "driver",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+        ],
+    )
+    .await;
+    let text = snapshot.ok();
+    assert!(text.contains("(last-logs snapshot)"), "{text}");
+    assert!(
+        text.contains("kernel headers for 6.1.0-cloud not found"),
+        "{text}"
+    );
+
+    // The rerun: refused without a terminal, previewed by --dry-run, then done with -y.
+    let before = node_marks(&client, &[node]).await;
+    cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "rerun",
+            "driver",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+        ],
+    )
+    .await
+    .fails(2, "refusing to rerun package driver");
+    let dry = cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "rerun",
+            "driver",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert!(
+        dry.ok().contains("would rerun driver|1.4.0 from the start"),
+        "{dry:#?}"
+    );
+    assert!(dry.ok().contains("patch: "), "{dry:#?}");
+    assert_eq!(
+        node_marks(&client, &[node]).await,
+        before,
+        "nothing written"
+    );
+    fixed.store(true, Ordering::SeqCst);
+    let done = cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "rerun",
+            "driver",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+            "-y",
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(done["dryRun"], false);
+    assert_eq!(done["changes"][0]["kind"], "Node");
+    wait_status(cluster, &client, name, Status::Complete).await;
+    let why = cli(cluster, &ns, &["why", name]).await;
+    assert!(why.ok().contains("is complete on every node"), "{why:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_logs_follow_a_running_stage() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cli-follow")
+        .await
+        .expect("namespace");
+    let name = "cli-follow";
+    let nodes = pool(&client, name, 1).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("slow-apply.log");
+    write_cri_log(&log, &["step 1 of 2"]);
+    let _logs = LogGiver::start(
+        client.clone(),
+        ns.clone(),
+        vec![("slow-apply".into(), log.clone())],
+        pod_of("slow"),
+    );
+    let hang = PodFate::hang();
+    let hook: JobHook = Arc::new(move |job: &mut Job| {
+        if let Some(spec) = job.spec.as_mut() {
+            hang.apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let _operator = operator(&client, &ns, &[name], 3, Some(hook));
+    let mut slow = package("1.0.0", &[]);
+    slow.stage_timeout = Some("0".into());
+    create_nodewright(
+        &client,
+        name,
+        name,
+        NodeWrightSpec {
+            packages: BTreeMap::from([("slow".to_owned(), slow)]),
+            ..NodeWrightSpec::default()
+        },
+        &[],
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    cluster
+        .wait_for("the stage pod running", BOUND, || async {
+            let list = pods.list(&ListParams::default()).await.ok();
+            Ok(list.and_then(|l| {
+                l.items
+                    .iter()
+                    .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                    .then_some(())
+            }))
+        })
+        .await
+        .expect("running");
+    let args = vec![
+        "--kubeconfig".to_owned(),
+        cluster.kubeconfig_path().display().to_string(),
+        "-n".to_owned(),
+        ns.clone(),
+        "package".into(),
+        "logs".into(),
+        "slow".into(),
+        "--nodewright".into(),
+        name.into(),
+        "--node".into(),
+        nodes[0].clone(),
+        "--stage".into(),
+        "apply".into(),
+        "-f".into(),
+    ];
+    let mut child = tokio::process::Command::new(common::BIN)
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut seen = Vec::new();
+    read_until(&mut lines, &mut seen, "step 1 of 2").await;
+    append_cri_log(&log, "step 2 of 2");
+    read_until(&mut lines, &mut seen, "step 2 of 2").await;
+    child.kill().await.expect("stop following");
+    // kwok marks a running pod's init containers completed at once; its log server still
+    // follows the file, as a kubelet follows a running container.
+    assert!(
+        seen[0].contains("==> Pod: ") && seen[0].contains("Container: slow-apply"),
+        "{seen:?}"
+    );
+}
+
+/// Reads `lines` into `seen` until one contains `want` (bounded).
+async fn read_until(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    seen: &mut Vec<String>,
+    want: &str,
+) {
+    tokio::time::timeout(BOUND, async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            seen.push(line.clone());
+            if line.contains(want) {
+                return;
+            }
+        }
+        panic!("the stream ended before {want:?}: {seen:?}");
+    })
+    .await
+    .expect("followed in time");
+}
+
+/// Runs the binary under a pseudo-terminal (util-linux `script`), answering `answer`.
+async fn in_terminal(cluster: &Cluster, namespace: &str, args: &str, answer: &str) -> Run {
+    let command = format!(
+        "{} --kubeconfig {} -n {namespace} {args}",
+        common::BIN,
+        cluster.kubeconfig_path().display()
+    );
+    run_binary(
+        "script",
+        &[
+            "-q".into(),
+            "-e".into(),
+            "-c".into(),
+            command,
+            "/dev/null".into(),
+        ],
+        Some(answer),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cli-life")
+        .await
+        .expect("namespace");
+    let name = "cli-life";
+    let nodes = pool(&client, name, 2).await;
+    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    create_policy(&client, name, 2, 2).await;
+    let first_jobs = FirstJobs::start(client.clone(), &ns);
+    let _operator = operator(&client, &ns, &[name], 3, None);
+    create_nodewright(
+        &client,
+        name,
+        name,
+        NodeWrightSpec {
+            deployment_policy: Some(name.into()),
+            packages: BTreeMap::from([("agent".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+        &[],
+    )
+    .await;
+    wait_status(cluster, &client, name, Status::Complete).await;
+
+    // node list, node status, package status: every format.
+    let list = cli(cluster, &ns, &["node", "list", "--nodewright", name]).await;
+    let text = list.ok();
+    assert!(
+        text.contains("NodeWright: cli-life\n2 nodes (2 complete"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cli-life-0   cli-life     complete   1/1"),
+        "{text}"
+    );
+    let wide = cli(
+        cluster,
+        &ns,
+        &["node", "list", "--nodewright", name, "-o", "wide"],
+    )
+    .await;
+    assert!(
+        wide.ok().contains("RESTARTS   CORDONED   IGNORED"),
+        "{wide:#?}"
+    );
+    let json = cli(
+        cluster,
+        &ns,
+        &["node", "list", "--nodewright", name, "-o", "json"],
+    )
+    .await
+    .json();
+    assert_eq!(json["nodes"].as_array().map(Vec::len), Some(2));
+    assert!(
+        json["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|n| n["status"] == "complete" && n["packagesComplete"] == 1)
+    );
+    let yaml = cli(
+        cluster,
+        &ns,
+        &["node", "list", "--nodewright", name, "-o", "yaml"],
+    )
+    .await
+    .yaml();
+    assert_eq!(yaml, json);
+    let status = cli(cluster, &ns, &["node", "status", &nodes[0], "-o", "wide"]).await;
+    assert!(
+        status
+            .ok()
+            .contains("agent     1.0.0     config   complete"),
+        "{status:#?}"
+    );
+    let status = cli(
+        cluster,
+        &ns,
+        &[
+            "node",
+            "status",
+            "cli-life-.*",
+            "--nodewright",
+            name,
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(status.as_array().map(Vec::len), Some(2));
+    assert_eq!(status[0]["packages"][0]["stage"], "config");
+    let table = cli(cluster, &ns, &["node", "status", "cli-life-.*"]).await;
+    assert!(
+        table
+            .ok()
+            .contains("NODE         NODEWRIGHT   STATUS     PACKAGES"),
+        "{table:#?}"
+    );
+    let pkg = cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "status",
+            "agent",
+            "--nodewright",
+            name,
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(pkg["packages"][0], "agent:1.0.0");
+    assert_eq!(pkg["nodes"].as_array().map(Vec::len), Some(2));
+    let pkg = cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "status",
+            "agent",
+            "--nodewright",
+            name,
+            "--node",
+            &nodes[1],
+            "-o",
+            "wide",
+        ],
+    )
+    .await;
+    assert!(
+        pkg.ok().contains("RESTARTS   IMAGE") && !pkg.ok().contains(&nodes[0]),
+        "{pkg:#?}"
+    );
+    cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "status",
+            "agent",
+            "--nodewright",
+            name,
+            "-o",
+            "yaml",
+        ],
+    )
+    .await
+    .yaml();
+
+    // pause: refused without a terminal, nothing written by --dry-run, confirmed in a terminal.
+    let before = Api::<NodeWright>::all(client.clone())
+        .get(name)
+        .await
+        .expect("nw")
+        .resource_version();
+    cli(cluster, &ns, &["pause", name])
+        .await
+        .fails(2, "refusing to pause NodeWright cli-life");
+    let dry = cli(cluster, &ns, &["pause", name, "--dry-run"]).await;
+    assert!(
+        dry.ok().contains("nodewright/cli-life: would pause"),
+        "{dry:#?}"
+    );
+    assert!(
+        dry.ok()
+            .contains("\"nodewright.nvidia.com/pause\":\"true\""),
+        "{dry:#?}"
+    );
+    let dry_json = cli(cluster, &ns, &["pause", name, "--dry-run", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(dry_json["dryRun"], true);
+    assert_eq!(
+        Api::<NodeWright>::all(client.clone())
+            .get(name)
+            .await
+            .expect("nw")
+            .resource_version(),
+        before,
+        "nothing written"
+    );
+    let declined = in_terminal(cluster, &ns, &format!("pause {name}"), "n\n").await;
+    assert_eq!(declined.code, 1, "{declined:#?}");
+    assert!(
+        declined.stdout.contains("Pause NodeWright cli-life"),
+        "{declined:#?}"
+    );
+    assert_eq!(
+        nw_annotation(&client, name, keys::PAUSE_ANNOTATION).await,
+        None
+    );
+    let confirmed = in_terminal(cluster, &ns, &format!("pause {name}"), "y\n").await;
+    assert_eq!(confirmed.code, 0, "{confirmed:#?}");
+    assert_eq!(
+        nw_annotation(&client, name, keys::PAUSE_ANNOTATION)
+            .await
+            .as_deref(),
+        Some("true")
+    );
+    wait_status(cluster, &client, name, Status::Paused).await;
+    let again = cli(cluster, &ns, &["pause", name, "-y"]).await;
+    assert!(again.ok().contains("already paused"), "{again:#?}");
+    let resumed = cli(cluster, &ns, &["resume", name, "-y", "-o", "yaml"])
+        .await
+        .yaml();
+    assert_eq!(resumed["changes"][0]["kind"], "NodeWright");
+    assert_eq!(
+        nw_annotation(&client, name, keys::PAUSE_ANNOTATION).await,
+        None
+    );
+    cli(cluster, &ns, &["disable", name, "-y"]).await.ok();
+    wait_status(cluster, &client, name, Status::Complete).await;
+    assert_eq!(
+        nw_annotation(&client, name, keys::DISABLE_ANNOTATION)
+            .await
+            .as_deref(),
+        Some("true")
+    );
+    cli(cluster, &ns, &["enable", name, "--confirm"]).await.ok();
+    assert_eq!(
+        nw_annotation(&client, name, keys::DISABLE_ANNOTATION).await,
+        None
+    );
+
+    // node ignore / unignore (no prompt), --dry-run first.
+    let before = node_marks(&client, &refs).await;
+    let dry = cli(cluster, &ns, &["node", "ignore", &nodes[1], "--dry-run"]).await;
+    assert!(dry.ok().contains("would ignore"), "{dry:#?}");
+    assert_eq!(node_marks(&client, &refs).await, before);
+    cli(cluster, &ns, &["node", "ignore", &nodes[1]]).await.ok();
+    let node = Api::<Node>::all(client.clone())
+        .get(&nodes[1])
+        .await
+        .expect("node");
+    assert_eq!(
+        node.labels().get(keys::IGNORE_LABEL).map(String::as_str),
+        Some("true")
+    );
+    // Complete already, so it stays complete; the operator reports it ignored.
+    wait_nodewright(cluster, &client, name, "the node reported ignored", |nw| {
+        support::condition(nw, "NodesIgnored")
+            .is_some_and(|c| c.status == "True" && c.message.contains("cli-life-1"))
+    })
+    .await;
+    let skipped = cli(cluster, &ns, &["node", "ignore", &nodes[1]]).await;
+    assert!(skipped.ok().contains("already ignored"), "{skipped:#?}");
+    cli(cluster, &ns, &["node", "unignore", "cli-life-1"])
+        .await
+        .ok();
+    let node = Api::<Node>::all(client.clone())
+        .get(&nodes[1])
+        .await
+        .expect("node");
+    assert!(!node.labels().contains_key(keys::IGNORE_LABEL));
+    wait_status(cluster, &client, name, Status::Complete).await;
+
+    // node reset: refused without -y; with it the node's packages run again.
+    let applies_before = first_jobs.runs().len();
+    let before = node_marks(&client, &refs).await;
+    cli(
+        cluster,
+        &ns,
+        &["node", "reset", &nodes[0], "--nodewright", name],
+    )
+    .await
+    .fails(2, "refusing to reset NodeWright cli-life on cli-life-0");
+    cli(
+        cluster,
+        &ns,
+        &[
+            "node",
+            "reset",
+            &nodes[0],
+            "--nodewright",
+            name,
+            "--dry-run",
+        ],
+    )
+    .await
+    .ok();
+    assert_eq!(node_marks(&client, &refs).await, before);
+    let reset = cli(
+        cluster,
+        &ns,
+        &[
+            "node",
+            "reset",
+            &nodes[0],
+            "--nodewright",
+            name,
+            "-y",
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(reset["changes"][0]["name"], "cli-life-0");
+    assert_eq!(
+        applies_before,
+        first_jobs.runs().len(),
+        "the same stages again"
+    );
+    wait_installed(cluster, &client, name, "agent", &refs).await;
+    let node = Api::<Node>::all(client.clone())
+        .get(&nodes[0])
+        .await
+        .expect("node");
+    assert!(
+        node.annotations().contains_key(&keys::node_state_key(name)),
+        "rerun recorded"
+    );
+
+    // reset: every node and the batch state; dry run first.
+    let before = node_marks(&client, &refs).await;
+    let dry = cli(cluster, &ns, &["reset", name, "--dry-run", "-o", "json"])
+        .await
+        .json();
+    let kinds: Vec<&str> = dry["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["Node", "Node", "NodeWright/status"]);
+    assert_eq!(
+        dry["changes"][2]["patch"]["status"]["compartmentStatuses"]["__default__"]["batchState"]["currentBatch"],
+        1
+    );
+    assert_eq!(node_marks(&client, &refs).await, before);
+    cli(cluster, &ns, &["reset", name])
+        .await
+        .fails(2, "refusing to reset NodeWright cli-life");
+    let done = cli(cluster, &ns, &["reset", name, "-y"]).await;
+    assert!(done.ok().contains("has state on 2 node(s)"), "{done:#?}");
+    wait_installed(cluster, &client, name, "agent", &refs).await;
+    let kept = cli(
+        cluster,
+        &ns,
+        &["reset", name, "-y", "--skip-batch-reset", "-o", "json"],
+    )
+    .await
+    .json();
+    assert!(
+        kept["changes"]
+            .as_array()
+            .is_some_and(|c| c.iter().all(|c| c["kind"] == "Node")),
+        "{kept:#}"
+    );
+    wait_installed(cluster, &client, name, "agent", &refs).await;
+
+    // deployment-policy reset (alias dp).
+    cli(cluster, &ns, &["dp", "reset", name])
+        .await
+        .fails(2, "refusing to reset the batch state");
+    let dp = cli(
+        cluster,
+        &ns,
+        &["deployment-policy", "reset", name, "-y", "-o", "yaml"],
+    )
+    .await
+    .yaml();
+    assert_eq!(dp["changes"][0]["kind"], "NodeWright/status");
+    assert!(
+        dp["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.starts_with("compartment __default__: batch")),
+        "{dp:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_a_clear_error_and_nothing_written() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cli-bad")
+        .await
+        .expect("namespace");
+    let name = "cli-bad";
+    let nodes = pool(&client, name, 1).await;
+    let node = nodes[0].as_str();
+    let _operator = operator(&client, &ns, &[name], 3, None);
+    create_nodewright(
+        &client,
+        name,
+        name,
+        NodeWrightSpec {
+            packages: BTreeMap::from([("agent".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+        &[],
+    )
+    .await;
+    wait_status(cluster, &client, name, Status::Complete).await;
+    let marks = || async {
+        (
+            node_marks(&client, &[node]).await,
+            nw_annotation(&client, name, keys::PAUSE_ANNOTATION).await,
+        )
+    };
+    let before = marks().await;
+
+    let unknown = [
+        vec!["pause", "nope", "-y"],
+        vec!["resume", "nope", "-y"],
+        vec!["disable", "nope", "-y"],
+        vec!["enable", "nope", "-y"],
+        vec!["reset", "nope", "-y"],
+        vec!["dp", "reset", "nope", "-y"],
+        vec!["node", "list", "--nodewright", "nope"],
+        vec!["node", "status", "--nodewright", "nope"],
+        vec!["node", "reset", node, "--nodewright", "nope", "-y"],
+        vec!["package", "status", "agent", "--nodewright", "nope"],
+        vec![
+            "package",
+            "rerun",
+            "agent",
+            "--nodewright",
+            "nope",
+            "--node",
+            node,
+            "-y",
+        ],
+        vec!["package", "logs", "agent", "--nodewright", "nope"],
+        vec!["plan", "nope"],
+        vec!["why", "nope"],
+    ];
+    for args in unknown {
+        cli(cluster, &ns, &args)
+            .await
+            .fails(1, "NodeWright \"nope\" not found");
+    }
+    for args in [
+        vec!["node", "status", "no-such-node"],
+        vec!["node", "ignore", "cli-bad-9.*"],
+        vec!["node", "reset", "no-such-node", "--nodewright", name, "-y"],
+        vec![
+            "package",
+            "rerun",
+            "agent",
+            "--nodewright",
+            name,
+            "--node",
+            "no-such-node",
+            "-y",
+        ],
+        vec![
+            "package",
+            "status",
+            "agent",
+            "--nodewright",
+            name,
+            "--node",
+            "no-such-node",
+        ],
+    ] {
+        cli(cluster, &ns, &args).await.fails(1, "no node matches");
+    }
+    cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "rerun",
+            "agent",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+            "--stage",
+            "interrupt",
+            "-y",
+        ],
+    )
+    .await
+    .fails(1, "package agent of NodeWright cli-bad has no interrupt");
+    cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "rerun",
+            "agent",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+            "--stage",
+            "upgrade",
+            "-y",
+        ],
+    )
+    .await
+    .fails(2, "invalid value 'upgrade' for '--stage <STAGE>'");
+    cli(
+        cluster,
+        &ns,
+        &[
+            "package",
+            "rerun",
+            "nope",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+            "-y",
+        ],
+    )
+    .await
+    .fails(
+        1,
+        "NodeWright cli-bad has no package \"nope\" (its packages: agent)",
+    );
+    cli(cluster, &ns, &["why", name, "--node", "no-such-node"])
+        .await
+        .fails(1, "no node named");
+    cli(cluster, &ns, &["node", "status", "("])
+        .await
+        .fails(2, "not a valid regular expression");
+    cli(cluster, &ns, &["node", "list", "-o", "xml"])
+        .await
+        .fails(2, "invalid value 'xml'");
+    cli(cluster, &ns, &["--request-timeout", "soon", "node", "list"])
+        .await
+        .fails(2, "--request-timeout");
+    cli(cluster, &ns, &[]).await.fails(2, "Usage:");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrong = dir.path().join("wrong.yaml");
+    std::fs::write(
+        &wrong,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    )
+    .expect("file");
+    cli(cluster, &ns, &["plan", "-f", &wrong.display().to_string()])
+        .await
+        .fails(
+            1,
+            "expected a NodeWright or a DeploymentPolicy of nodewright.nvidia.com/v1alpha1",
+        );
+
+    // An unreachable cluster: a kubeconfig naming a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let kubeconfig = dir.path().join("unreachable.yaml");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}\nusers:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: gone\n  context: {{cluster: gone, user: u}}\ncurrent-context: gone\n"
+        ),
+    )
+    .expect("kubeconfig");
+    for args in [
+        vec!["pause", name, "-y"],
+        vec!["node", "list"],
+        vec![
+            "package",
+            "rerun",
+            "agent",
+            "--nodewright",
+            name,
+            "--node",
+            node,
+            "-y",
+        ],
+    ] {
+        let mut all = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        run_binary(common::BIN, &all, None).await.fails(
+            1,
+            &format!("cannot reach the Kubernetes API server at https://127.0.0.1:{port}"),
+        );
+    }
+    assert_eq!(marks().await, before, "nothing written by any of them");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
+    let cluster = cluster().await;
+    let ns = cluster
+        .create_namespace("cli-version")
+        .await
+        .expect("namespace");
+    // The chart's operator Deployment and defaults ConfigMap, as helm renders them.
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../chart");
+    let rendered = cluster
+        .helm(&[
+            "template",
+            "rel",
+            &chart.display().to_string(),
+            "--namespace",
+            &ns,
+            "--show-only",
+            "templates/deployment-operator.yaml",
+            "--show-only",
+            "templates/configmap-defaults.yaml",
+            "--set",
+            "defaults.jobBackoffLimit=5",
+        ])
+        .await
+        .expect("helm template");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("operator.yaml");
+    std::fs::write(&manifest, rendered).expect("manifest");
+    cluster
+        .kubectl(&["-n", &ns, "apply", "-f", &manifest.display().to_string()])
+        .await
+        .expect("applied");
+    let chart_version = std::fs::read_to_string(chart.join("Chart.yaml"))
+        .expect("Chart.yaml")
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion: "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .expect("appVersion");
+    let version = cli(cluster, &ns, &["version"]).await;
+    assert!(
+        version.ok().contains(&format!(
+            "kubectl-nodewright: {}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{version:#?}"
+    );
+    assert!(
+        version
+            .ok()
+            .contains(&format!("NodeWright operator: {chart_version}")),
+        "{version:#?}"
+    );
+    let json = cli(cluster, &ns, &["version", "-o", "json"]).await.json();
+    assert_eq!(json["operator"]["version"], chart_version.as_str());
+    assert_eq!(
+        json["operator"]["deployment"],
+        format!("{ns}/rel-nodewright-operator")
+    );
+    let wide = cli(cluster, &ns, &["version", "-o", "wide"]).await;
+    assert!(wide.ok().contains("(Deployment "), "{wide:#?}");
+    cli(cluster, &ns, &["version", "-o", "yaml"]).await.yaml();
+    let elsewhere = cli(cluster, "default", &["version"]).await;
+    assert!(
+        elsewhere
+            .ok()
+            .contains("no operator Deployment in namespace default"),
+        "{elsewhere:#?}"
+    );
+    // --client-only never contacts the cluster.
+    let offline = run_binary(
+        common::BIN,
+        &[
+            "--kubeconfig".into(),
+            "/nonexistent".into(),
+            "version".into(),
+            "--client-only".into(),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(
+        offline.ok().trim(),
+        format!("kubectl-nodewright: {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // A preview reads the operator's configuration from that Deployment and its ConfigMap.
+    let new_nw = dir.path().join("new.yaml");
+    std::fs::write(
+        &new_nw,
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata: {name: cli-version-new}\nspec:\n  nodeSelectors: {matchLabels: {cli.nodewright.test/pool: none}}\n  packages: {agent: {version: 1.0.0, image: ghcr.io/x/agent}}\n",
+    )
+    .expect("manifest");
+    let plan = cli(cluster, &ns, &["plan", "-f", &new_nw.display().to_string()]).await;
+    assert!(
+        plan.ok().contains(&format!(
+            "Operator settings: the configuration of {ns}/rel-nodewright-operator"
+        )),
+        "{plan:#?}"
+    );
+    assert!(
+        plan.ok()
+            .contains("NodeWright cli-version-new (legacy interruptionBudget): 0 node(s) selected"),
+        "{plan:#?}"
+    );
+
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef kubectl-nodewright"),
+        ("fish", "complete -c kubectl-nodewright"),
+    ] {
+        let script = run_binary(common::BIN, &["completion".into(), shell.into()], None).await;
+        assert!(
+            script.ok().contains(marker),
+            "{shell}: {}",
+            &script.stdout[..script.stdout.len().min(300)]
+        );
+        assert!(script.ok().contains("migrate-from-skyhook"), "{shell}");
+    }
+
+    // Every command's manual has examples.
+    for command in [
+        vec![],
+        vec!["version"],
+        vec!["pause"],
+        vec!["resume"],
+        vec!["disable"],
+        vec!["enable"],
+        vec!["reset"],
+        vec!["deployment-policy", "reset"],
+        vec!["dp", "reset"],
+        vec!["node", "list"],
+        vec!["node", "status"],
+        vec!["node", "reset"],
+        vec!["node", "ignore"],
+        vec!["node", "unignore"],
+        vec!["package", "status"],
+        vec!["package", "rerun"],
+        vec!["package", "logs"],
+        vec!["plan"],
+        vec!["why"],
+        vec!["migrate-from-skyhook"],
+        vec!["completion"],
+    ] {
+        let mut args: Vec<String> = command.iter().map(|a| (*a).to_owned()).collect();
+        args.push("--help".into());
+        let help = run_binary(common::BIN, &args, None).await;
+        let text = help.ok();
+        assert!(
+            text.contains("Examples:\n  "),
+            "{command:?} --help has no example:\n{text}"
+        );
+        assert!(text.contains("kubectl nodewright"), "{command:?}");
+    }
+
+    // As a kubectl plugin: kubectl finds kubectl-nodewright on PATH.
+    let kubectl = cluster
+        .binary("kubectl")
+        .unwrap_or_else(|| "kubectl".into());
+    let bin_dir = std::path::Path::new(common::BIN).parent().expect("bin dir");
+    let path = format!(
+        "{}:{}:{}",
+        bin_dir.display(),
+        kubectl
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let plugin = tokio::process::Command::new(&kubectl)
+        .args(["nodewright", "--kubeconfig"])
+        .arg(cluster.kubeconfig_path())
+        .args(["-n", &ns, "version", "-o", "json"])
+        .env("PATH", &path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("kubectl");
+    assert!(plugin.status.success(), "{plugin:?}");
+    let json: Value = serde_json::from_slice(&plugin.stdout).expect("JSON through kubectl");
+    assert_eq!(json["operator"]["version"], chart_version.as_str());
+    let listed = tokio::process::Command::new(&kubectl)
+        .args(["plugin", "list"])
+        .env("PATH", &path)
+        .output()
+        .await
+        .expect("kubectl plugin list");
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("kubectl-nodewright"),
+        "{listed:?}"
+    );
+}
+
+/// Upstream's node state JSON for packages at (stage, state).
+fn upstream_state(records: &[(&str, &str, &str, &str)]) -> String {
+    let map: serde_json::Map<String, Value> = records
+        .iter()
+        .map(|(name, version, stage, state)| {
+            (
+                format!("{name}|{version}"),
+                json!({
+                    "name": name,
+                    "version": version,
+                    "image": format!("ghcr.io/nvidia/skyhook-packages/{name}"),
+                    "stage": stage,
+                    "state": state,
+                }),
+            )
+        })
+        .collect();
+    Value::Object(map).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_from_skyhook_keeps_what_is_installed() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cli-migrate")
+        .await
+        .expect("namespace");
+    let name = "cli-migrate";
+    let crds =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skyhook-crds.yaml");
+    cluster
+        .kubectl(&["apply", "--server-side", "-f", &crds.display().to_string()])
+        .await
+        .expect("upstream CRDs");
+    cluster
+        .kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/skyhooks.skyhook.nvidia.com",
+            "crd/deploymentpolicies.skyhook.nvidia.com",
+        ])
+        .await
+        .expect("established");
+    // Four nodes as upstream left them: both packages installed; the driver installed and tuned
+    // mid-apply under upstream's cordon; a fresh node upstream auto-tainted; an ignored node.
+    let [installed, partial, fresh, ignored] = [
+        "cli-migrate-a",
+        "cli-migrate-b",
+        "cli-migrate-c",
+        "cli-migrate-d",
+    ];
+    for n in [installed, partial, fresh] {
+        create_fake_node(&client, n, &[(POOL, name)], json!([])).await;
+    }
+    create_fake_node(
+        &client,
+        ignored,
+        &[(POOL, name), ("skyhook.nvidia.com/ignore", "true")],
+        json!([]),
+    )
+    .await;
+    let up = |key: &str| format!("skyhook.nvidia.com/{key}_{name}");
+    support::patch_node(
+        &client,
+        installed,
+        json!({"metadata": {
+            "annotations": {
+                up("nodeState"): upstream_state(&[("driver", "1.2.0", "post-interrupt", "complete"), ("tuned", "0.3.0", "config", "complete")]),
+                up("status"): "complete",
+                up("version"): "v0.15.0",
+            },
+            "labels": {up("status"): "complete"},
+        }}),
+    )
+    .await;
+    support::patch_node(
+        &client,
+        partial,
+        json!({
+            "metadata": {
+                "annotations": {
+                    up("nodeState"): upstream_state(&[("driver", "1.2.0", "post-interrupt", "complete"), ("tuned", "0.3.0", "apply", "in_progress")]),
+                    up("status"): "in_progress",
+                    up("cordon"): "true",
+                    up("version"): "v0.15.0",
+                },
+                "labels": {up("status"): "in_progress"},
+            },
+            "spec": {"unschedulable": true},
+        }),
+    )
+    .await;
+    support::patch_node(
+        &client,
+        fresh,
+        json!({
+            "metadata": {"annotations": {"skyhook.nvidia.com/autoTaint_skyhook.nvidia.com": "true"}},
+            "spec": {"taints": [{"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"}]},
+        }),
+    )
+    .await;
+    let upstream = format!(
+        r#"
+apiVersion: skyhook.nvidia.com/v1alpha1
+kind: DeploymentPolicy
+metadata: {{name: {name}}}
+spec:
+  default:
+    budget: {{percent: 50}}
+    strategy: {{fixed: {{initialBatch: 2}}}}
+---
+apiVersion: skyhook.nvidia.com/v1alpha1
+kind: Skyhook
+metadata:
+  name: {name}
+  labels: {{"{SUITE}": {name}}}
+  annotations: {{"skyhook.nvidia.com/version": v0.15.0}}
+spec:
+  nodeSelectors: {{matchLabels: {{"{POOL}": {name}}}}}
+  deploymentPolicy: {name}
+  runtimeRequired: true
+  packages:
+    driver:
+      version: 1.2.0
+      image: ghcr.io/nvidia/skyhook-packages/driver
+      interrupt: {{type: reboot}}
+    tuned:
+      version: 0.3.0
+      image: ghcr.io/nvidia/skyhook-packages/tuned
+      dependsOn: {{driver: 1.2.0}}
+"#
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let objects = dir.path().join("upstream.yaml");
+    std::fs::write(&objects, &upstream).expect("objects");
+    cluster
+        .kubectl(&["apply", "-f", &objects.display().to_string()])
+        .await
+        .expect("upstream objects");
+    // The rollout progress upstream recorded.
+    let status = json!({"status": {
+        "status": "in_progress",
+        "nodePriority": {partial: "2026-11-30T10:00:00Z"},
+        "nodeOrderOffset": 1,
+        "compartmentStatuses": {"__default__": {"matched": 4, "ceiling": 2, "inProgress": 1, "completed": 1, "progressPercent": 25,
+            "batchState": {"currentBatch": 2, "consecutiveFailures": 0, "completedNodes": 1, "failedNodes": 0, "shouldStop": false, "lastBatchSize": 1, "lastBatchFailed": false}}},
+        "nodeState": {}, "conditions": [],
+    }});
+    let status_file = dir.path().join("status.json");
+    std::fs::write(&status_file, status.to_string()).expect("status");
+    cluster
+        .kubectl(&[
+            "patch",
+            "skyhook",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "--patch-file",
+            &status_file.display().to_string(),
+        ])
+        .await
+        .expect("upstream status");
+    let all = [installed, partial, fresh, ignored];
+    let before = node_marks(&client, &all).await;
+
+    // --dry-run shows every change and writes nothing.
+    let dry = cli(
+        cluster,
+        &ns,
+        &[
+            "migrate-from-skyhook",
+            "--skyhook",
+            name,
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .json();
+    let changes: Vec<(String, String)> = dry["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap_or("").to_owned(),
+                c["name"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let expect = |k: &str, n: &str| (k.to_owned(), n.to_owned());
+    assert_eq!(
+        changes,
+        [
+            expect("DeploymentPolicy", name),
+            expect("Node", installed),
+            expect("Node", partial),
+            expect("Node", fresh),
+            expect("Node", ignored),
+            expect("NodeWright", name),
+            expect("NodeWright/status", name),
+        ],
+        "{dry:#}"
+    );
+    let nw_change = &dry["changes"][5]["patch"];
+    assert_eq!(
+        nw_change["spec"]["packages"]["driver"]["interrupt"]["type"],
+        "reboot"
+    );
+    assert_eq!(nw_change["metadata"]["labels"][SUITE], name);
+    let table = cli(
+        cluster,
+        &ns,
+        &["migrate-from-skyhook", "--skyhook", name, "--dry-run"],
+    )
+    .await;
+    let text = table.ok();
+    assert!(
+        text.contains(&format!("node/{partial}: would copy skyhook.nvidia.com/nodeState_{name} → nodewright.nvidia.com/nodeState_{name}")),
+        "{text}"
+    );
+    assert!(text.contains("taint skyhook.nvidia.com=runtime-required:NoSchedule → nodewright.nvidia.com=runtime-required:NoSchedule"), "{text}");
+    assert_eq!(
+        node_marks(&client, &all).await,
+        before,
+        "a dry run writes nothing"
+    );
+    assert!(
+        Api::<NodeWright>::all(client.clone())
+            .get_opt(name)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        Api::<DeploymentPolicy>::all(client.clone())
+            .get_opt(name)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    cli(cluster, &ns, &["migrate-from-skyhook", "--skyhook", name])
+        .await
+        .fails(2, "refusing to migrate from Skyhook");
+    cli(
+        cluster,
+        &ns,
+        &["migrate-from-skyhook", "--skyhook", "no-such-skyhook", "-y"],
+    )
+    .await
+    .fails(1, "no Skyhook named \"no-such-skyhook\"");
+
+    // The migration: records first, then the objects.
+    let jobs = FirstJobs::start(client.clone(), &ns);
+    let done = cli(
+        cluster,
+        &ns,
+        &[
+            "migrate-from-skyhook",
+            "--skyhook",
+            name,
+            "-y",
+            "-o",
+            "yaml",
+        ],
+    )
+    .await
+    .yaml();
+    assert_eq!(done["dryRun"], false);
+    let nw = Api::<NodeWright>::all(client.clone())
+        .get(name)
+        .await
+        .expect("NodeWright");
+    assert_eq!(nw.spec.deployment_policy.as_deref(), Some(name));
+    assert!(nw.spec.runtime_required);
+    assert_eq!(nw.spec.packages["tuned"].depends_on["driver"], "1.2.0");
+    assert!(
+        !nw.annotations()
+            .keys()
+            .any(|k| k.starts_with("skyhook.nvidia.com/"))
+    );
+    let batch = nw
+        .status
+        .as_ref()
+        .and_then(|s| s.compartment_statuses.get("__default__"))
+        .and_then(|c| c.batch_state.clone())
+        .expect("batch state carried over");
+    assert_eq!(batch.current_batch, 2);
+    Api::<DeploymentPolicy>::all(client.clone())
+        .get(name)
+        .await
+        .expect("policy converted");
+    let nodes = Api::<Node>::all(client.clone());
+    let a = nodes.get(installed).await.expect("node");
+    assert_eq!(
+        nodewright_shared::node_state::NodeState::parse(
+            &a.annotations()[&keys::node_state_key(name)]
+        )
+        .expect("state"),
+        nodewright_shared::node_state::NodeState::parse(&a.annotations()[&up("nodeState")])
+            .expect("state")
+    );
+    assert_eq!(a.annotations()[&keys::node_version_key(name)], "v0.15.0");
+    assert_eq!(a.labels()[&keys::node_status_key(name)], "complete");
+    let b = nodes.get(partial).await.expect("node");
+    assert_eq!(
+        b.annotations()
+            .get(&keys::cordon_key(name))
+            .map(String::as_str),
+        Some("true")
+    );
+    let d = nodes.get(ignored).await.expect("node");
+    assert_eq!(
+        d.labels().get(keys::IGNORE_LABEL).map(String::as_str),
+        Some("true")
+    );
+    let again = cli(
+        cluster,
+        &ns,
+        &["migrate-from-skyhook", "--skyhook", name, "-y"],
+    )
+    .await;
+    assert!(
+        again.ok().contains("everything is migrated already"),
+        "{again:#?}"
+    );
+
+    // The operator takes over: only what was not installed runs.
+    let _operator = operator(&client, &ns, &[name], 3, None);
+    wait_nodes_complete(cluster, &client, name, &[installed, partial, fresh]).await;
+    let runs = jobs.runs();
+    assert!(
+        !runs.iter().any(|(n, _, _)| n == installed),
+        "nothing reran on the installed node: {runs:?}"
+    );
+    assert!(
+        !runs
+            .iter()
+            .any(|(n, p, _)| n == partial && p.starts_with("driver-")),
+        "{runs:?}"
+    );
+    assert!(
+        runs.iter()
+            .any(|(n, p, s)| n == partial && p == "tuned-0.3.0" && s == "apply"),
+        "{runs:?}"
+    );
+    assert!(
+        runs.iter()
+            .any(|(n, p, s)| n == fresh && p == "driver-1.2.0" && s == "apply"),
+        "{runs:?}"
+    );
+    assert!(!runs.iter().any(|(n, _, _)| n == ignored), "{runs:?}");
+    // Upstream's cordon was handed over and released; the runtime taint lifted at completion.
+    let b = nodes.get(partial).await.expect("node");
+    assert!(!b.annotations().contains_key(&keys::cordon_key(name)));
+    assert_ne!(b.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+    let c = nodes.get(fresh).await.expect("node");
+    assert!(
+        !c.spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key.contains("runtime-required")
+                || t.value.as_deref() == Some("runtime-required")),
+        "{:?}",
+        c.spec
+    );
+    let status = cli(
+        cluster,
+        &ns,
+        &[
+            "node",
+            "status",
+            installed,
+            "--nodewright",
+            name,
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(status[0]["packagesComplete"], 2);
+}
