@@ -100,6 +100,7 @@ impl Ctx {
         config.read_timeout = Some(self.timeout);
         config.write_timeout = Some(self.timeout);
         let server = config.cluster_url.to_string();
+        tracing::debug!(%server, context = ?self.global.context, timeout = ?self.timeout, "using the API server");
         let client = kube::Client::try_from(config).map_err(|e| CliError::Kubeconfig {
             path: path.clone(),
             reason: chain(&e),

@@ -175,6 +175,7 @@ impl<'a> Writer<'a> {
                 return Ok(false);
             };
             let value = serde_json::to_value(&patch).unwrap_or(Value::Null);
+            tracing::debug!(node = name, attempt, dry_run = self.ctx.dry_run(), patch = %value, "patching the node");
             match api
                 .patch(name, &self.params(), &Patch::<()>::Json(patch))
                 .await
