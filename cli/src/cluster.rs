@@ -17,8 +17,20 @@ use serde::de::DeserializeOwned;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
 
-/// Lists every object of a kind (cluster-scoped, or in `namespace`) matching `labels`.
-async fn list<K>(ctx: &Ctx, namespace: Option<&str>, labels: Option<&str>) -> Result<Vec<K>>
+/// Lists the objects of `api` matching `labels`; `what` names them in an error.
+async fn list_in<K>(ctx: &Ctx, api: Api<K>, labels: Option<&str>, what: String) -> Result<Vec<K>>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default();
+    if let Some(l) = labels {
+        params = params.labels(l);
+    }
+    Ok(api.list(&params).await.map_err(ctx.api_error(what))?.items)
+}
+
+/// Lists the objects of a namespaced kind in `namespace` matching `labels`.
+async fn list<K>(ctx: &Ctx, namespace: &str, labels: Option<&str>) -> Result<Vec<K>>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -26,23 +38,12 @@ where
         + std::fmt::Debug,
     K::DynamicType: Default,
 {
-    let client = ctx.client().await?.clone();
-    let api: Api<K> = match namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    };
-    let mut params = ListParams::default();
-    if let Some(l) = labels {
-        params = params.labels(l);
-    }
+    let api: Api<K> = Api::namespaced(ctx.client().await?.clone(), namespace);
     let what = format!(
-        "listing {}{}",
-        K::plural(&K::DynamicType::default()),
-        namespace
-            .map(|n| format!(" in namespace {n}"))
-            .unwrap_or_default()
+        "listing {} in namespace {namespace}",
+        K::plural(&K::DynamicType::default())
     );
-    Ok(api.list(&params).await.map_err(ctx.api_error(what))?.items)
+    list_in(ctx, api, labels, what).await
 }
 
 /// Lists a cluster-scoped kind.
@@ -56,11 +57,7 @@ where
 {
     let api: Api<K> = Api::all(ctx.client().await?.clone());
     let what = format!("listing {}", K::plural(&K::DynamicType::default()));
-    Ok(api
-        .list(&ListParams::default())
-        .await
-        .map_err(ctx.api_error(what))?
-        .items)
+    list_in(ctx, api, None, what).await
 }
 
 /// The NodeWright `name`; a clear error when there is none.
@@ -100,19 +97,19 @@ pub async fn nodes(ctx: &Ctx) -> Result<Vec<Node>> {
 /// The Jobs in the operator's namespace (of the NodeWright `nodewright` when given).
 pub async fn jobs(ctx: &Ctx, nodewright: Option<&str>) -> Result<Vec<Job>> {
     let selector = nodewright.map(|n| format!("{}={n}", keys::NAME_LABEL));
-    list(ctx, Some(ctx.namespace()), selector.as_deref()).await
+    list(ctx, ctx.namespace(), selector.as_deref()).await
 }
 
 /// The pods in the operator's namespace of the NodeWright `nodewright`.
 pub async fn pods(ctx: &Ctx, nodewright: &str) -> Result<Vec<Pod>> {
     let selector = format!("{}={nodewright}", keys::NAME_LABEL);
-    list(ctx, Some(ctx.namespace()), Some(&selector)).await
+    list(ctx, ctx.namespace(), Some(&selector)).await
 }
 
 /// The ConfigMaps in the operator's namespace of the NodeWright `nodewright`.
 pub async fn configmaps(ctx: &Ctx, nodewright: &str) -> Result<Vec<ConfigMap>> {
     let selector = format!("{}={nodewright}", keys::NAME_LABEL);
-    list(ctx, Some(ctx.namespace()), Some(&selector)).await
+    list(ctx, ctx.namespace(), Some(&selector)).await
 }
 
 /// Events about the object `name` of `kind`, oldest first (cluster-scoped objects' Events are in
@@ -194,7 +191,7 @@ fn image_tag(image: &str) -> Option<String> {
 
 /// Finds the operator's Deployment in the operator's namespace (`None`: not there).
 pub async fn operator(ctx: &Ctx) -> Result<Option<Operator>> {
-    let deployments: Vec<Deployment> = list(ctx, Some(ctx.namespace()), None).await?;
+    let deployments: Vec<Deployment> = list(ctx, ctx.namespace(), None).await?;
     let Some(d) = deployments.iter().find(|d| is_operator(d)) else {
         return Ok(None);
     };

@@ -6,7 +6,8 @@
 //! - [`cluster`]: what commands read (and the operator's Deployment);
 //! - [`writes`]: every write, recorded, with `--dry-run` as a server-side dry run;
 //! - [`summary`]: a NodeWright's standing on a node, from the operator's node-state code;
-//! - [`patterns`], [`prompt`], [`output`]: node patterns, confirmations, formats;
+//! - [`patterns`], [`prompt`], [`output`], [`manifest`]: node patterns, confirmations, formats,
+//!   `-f` files;
 //! - [`commands`]: one module per command.
 
 pub mod args;
@@ -14,6 +15,7 @@ pub mod cluster;
 pub mod commands;
 pub mod context;
 pub mod error;
+pub mod manifest;
 pub mod output;
 pub mod patterns;
 pub mod prompt;

@@ -284,7 +284,7 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
     let _operator = operator(&client, &ns, &[name], 3, None);
     wait_status(cluster, &client, name, Status::Paused).await;
 
-    let plan = cli(cluster, &ns, &["plan", name, "-o", "json"])
+    let plan = sh(cluster, &ns, &format!("plan {name} -o json"))
         .await
         .json();
     assert_eq!(plan["paused"], true);
@@ -339,11 +339,11 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
     assert_eq!(tainted["blockers"][0]["taints"][0], "dedicated:NoSchedule");
 
     // The same preview in every format.
-    let yaml = cli(cluster, &ns, &["plan", name, "-o", "yaml"])
+    let yaml = sh(cluster, &ns, &format!("plan {name} -o yaml"))
         .await
         .yaml();
     assert_eq!(planned_batches(&yaml), batches);
-    let table = cli(cluster, &ns, &["plan", name]).await;
+    let table = sh(cluster, &ns, &format!("plan {name}")).await;
     let text = table.ok();
     assert!(
         text.contains("1: cli-plan-0 | 2: cli-plan-1, cli-plan-2 | 3: cli-plan-3"),
@@ -354,7 +354,7 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
         "{text}"
     );
     assert!(text.contains("cordon+drain,reboot"), "{text}");
-    let wide = cli(cluster, &ns, &["plan", name, "-o", "wide"]).await;
+    let wide = sh(cluster, &ns, &format!("plan {name} -o wide")).await;
     assert!(
         wide.ok().contains("ORDER") && wide.ok().contains("base:1.0.0: apply,config"),
         "{wide:#?}"
@@ -390,13 +390,9 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
         ),
     )
     .expect("manifest");
-    let changed = cli(
-        cluster,
-        &ns,
-        &["plan", "-f", &file.display().to_string(), "-o", "json"],
-    )
-    .await
-    .json();
+    let changed = sh(cluster, &ns, &format!("plan -f {} -o json", file.display()))
+        .await
+        .json();
     assert_eq!(
         planned_batches(&changed),
         [
@@ -407,7 +403,7 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
     assert_eq!(changed["compartments"][0]["strategy"], "fixed");
 
     // Resume through the plugin; the operator rolls out. Same nodes, same batch order.
-    cli(cluster, &ns, &["resume", name, "-y"]).await.ok();
+    sh(cluster, &ns, &format!("resume {name} -y")).await.ok();
     let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
     wait_nodes_complete(cluster, &client, name, &refs).await;
     let order = first_jobs.order();
@@ -464,6 +460,30 @@ fn failing_driver(fixed: Arc<AtomicBool>, only_node: Option<String>) -> JobHook 
     })
 }
 
+/// Gives the attempt pods of package `driver` in `namespace` logs (files in `dir`): its apply
+/// container prints `apply`, its check container `check`.
+fn driver_logs(
+    client: &kube::Client,
+    namespace: &str,
+    dir: &std::path::Path,
+    apply: &[&str],
+    check: &[&str],
+) -> LogGiver {
+    let apply_log = dir.join("driver-apply.log");
+    write_cri_log(&apply_log, apply);
+    let check_log = dir.join("driver-applycheck.log");
+    write_cri_log(&check_log, check);
+    LogGiver::start(
+        client.clone(),
+        namespace.to_owned(),
+        vec![
+            ("driver-apply".into(), apply_log),
+            ("driver-applycheck".into(), check_log),
+        ],
+        pod_of("driver"),
+    )
+}
+
 /// Whether a pod runs a stage of package `package`.
 fn pod_of(package: &'static str) -> impl Fn(&Pod) -> bool + Send + 'static {
     move |p: &Pod| {
@@ -485,27 +505,15 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
     let nodes = pool(&client, name, 1).await;
     let node = nodes[0].as_str();
     let dir = tempfile::tempdir().expect("tempdir");
-    let apply_log = dir.path().join("driver-apply.log");
-    write_cri_log(
-        &apply_log,
+    let _logs = driver_logs(
+        &client,
+        &ns,
+        dir.path(),
         &["installing driver 1.4.0", "driver files in place"],
-    );
-    let check_log = dir.path().join("driver-applycheck.log");
-    write_cri_log(
-        &check_log,
         &[
             "checking driver 1.4.0",
             "error: kernel headers for 6.1.0-cloud not found",
         ],
-    );
-    let _logs = LogGiver::start(
-        client.clone(),
-        ns.clone(),
-        vec![
-            ("driver-apply".into(), apply_log.clone()),
-            ("driver-applycheck".into(), check_log.clone()),
-        ],
-        pod_of("driver"),
     );
     let fixed = Arc::new(AtomicBool::new(false));
     // backoffLimit 1: two attempts.
@@ -532,7 +540,7 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
     .await;
     let job = wait_timed_out_job(cluster, &client, &ns).await;
 
-    let why = cli(cluster, &ns, &["why", name, "--node", node, "-o", "json"])
+    let why = sh(cluster, &ns, &format!("why {name} --node {node} -o json"))
         .await
         .json();
     let n = &why["nodes"][0];
@@ -596,32 +604,26 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
             .is_some_and(|t| t.contains("waits for driver|1.4.0")),
         "{tuned:#}"
     );
-    let text = cli(cluster, &ns, &["why", name, "--node", node]).await;
+    let text = sh(cluster, &ns, &format!("why {name} --node {node}")).await;
     let text = text.ok();
     assert!(text.contains("2 of 2 attempts used"), "{text}");
     assert!(text.contains(&format!("clear it: {rerun}")), "{text}");
-    cli(cluster, &ns, &["why", name, "-o", "yaml"]).await.yaml();
-    let wide = cli(cluster, &ns, &["why", name, "-o", "wide"]).await;
+    sh(cluster, &ns, &format!("why {name} -o yaml"))
+        .await
+        .yaml();
+    let wide = sh(cluster, &ns, &format!("why {name} -o wide")).await;
     assert!(wide.ok().contains("package tuned:0.9.1"), "{wide:#?}");
-    let overview = cli(cluster, &ns, &["why", name]).await;
+    let overview = sh(cluster, &ns, &format!("why {name}")).await;
     assert!(
         overview.ok().contains(&format!("Node {node}: erroring")),
         "{overview:#?}"
     );
 
     // Logs of the retained attempts, through the API (kwok serves the file).
-    let logs = cli(
+    let logs = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "logs",
-            "driver",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-        ],
+        &format!("package logs driver --nodewright {name} --node {node}"),
     )
     .await;
     let text = logs.ok();
@@ -636,22 +638,10 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
         "{text}"
     );
     assert!(text.contains("installing driver 1.4.0"), "{text}");
-    let tail = cli(
+    let tail = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "logs",
-            "driver",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-            "--tail",
-            "1",
-            "-o",
-            "json",
-        ],
+        &format!("package logs driver --nodewright {name} --node {node} --tail 1 -o json"),
     )
     .await
     .json();
@@ -679,18 +669,10 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
         })
         .await
         .expect("pods deleted");
-    let snapshot = cli(
+    let snapshot = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "logs",
-            "driver",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-        ],
+        &format!("package logs driver --nodewright {name} --node {node}"),
     )
     .await;
     let text = snapshot.ok();
@@ -702,34 +684,17 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
 
     // The rerun: refused without a terminal, previewed by --dry-run, then done with -y.
     let before = node_marks(&client, &[node]).await;
-    cli(
+    sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "rerun",
-            "driver",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-        ],
+        &format!("package rerun driver --nodewright {name} --node {node}"),
     )
     .await
     .fails(2, "refusing to rerun package driver");
-    let dry = cli(
+    let dry = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "rerun",
-            "driver",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-            "--dry-run",
-        ],
+        &format!("package rerun driver --nodewright {name} --node {node} --dry-run"),
     )
     .await;
     assert!(
@@ -743,28 +708,17 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
         "nothing written"
     );
     fixed.store(true, Ordering::SeqCst);
-    let done = cli(
+    let done = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "rerun",
-            "driver",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-            "-y",
-            "-o",
-            "json",
-        ],
+        &format!("package rerun driver --nodewright {name} --node {node} -y -o json"),
     )
     .await
     .json();
     assert_eq!(done["dryRun"], false);
     assert_eq!(done["changes"][0]["kind"], "Node");
     wait_status(cluster, &client, name, Status::Complete).await;
-    let why = cli(cluster, &ns, &["why", name]).await;
+    let why = sh(cluster, &ns, &format!("why {name}")).await;
     assert!(why.ok().contains("is complete on every node"), "{why:#?}");
 }
 
@@ -877,6 +831,12 @@ async fn read_until(
     .expect("followed in time");
 }
 
+/// Runs `kubectl-nodewright` with the words of `line` (none contains a blank) as its arguments.
+async fn sh(cluster: &Cluster, namespace: &str, line: &str) -> Run {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    cli(cluster, namespace, &words).await
+}
+
 /// Runs the binary under a pseudo-terminal (util-linux `script`), answering `answer`.
 async fn in_terminal(cluster: &Cluster, namespace: &str, args: &str, answer: &str) -> Run {
     let command = format!(
@@ -927,7 +887,7 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
     wait_status(cluster, &client, name, Status::Complete).await;
 
     // node list, node status, package status: every format.
-    let list = cli(cluster, &ns, &["node", "list", "--nodewright", name]).await;
+    let list = sh(cluster, &ns, &format!("node list --nodewright {name}")).await;
     let text = list.ok();
     assert!(
         text.contains("NodeWright: cli-life\n2 nodes (2 complete"),
@@ -937,20 +897,20 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
         text.contains("cli-life-0   cli-life     complete   1/1"),
         "{text}"
     );
-    let wide = cli(
+    let wide = sh(
         cluster,
         &ns,
-        &["node", "list", "--nodewright", name, "-o", "wide"],
+        &format!("node list --nodewright {name} -o wide"),
     )
     .await;
     assert!(
         wide.ok().contains("RESTARTS   CORDONED   IGNORED"),
         "{wide:#?}"
     );
-    let json = cli(
+    let json = sh(
         cluster,
         &ns,
-        &["node", "list", "--nodewright", name, "-o", "json"],
+        &format!("node list --nodewright {name} -o json"),
     )
     .await
     .json();
@@ -962,100 +922,69 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
             .flatten()
             .all(|n| n["status"] == "complete" && n["packagesComplete"] == 1)
     );
-    let yaml = cli(
+    let yaml = sh(
         cluster,
         &ns,
-        &["node", "list", "--nodewright", name, "-o", "yaml"],
+        &format!("node list --nodewright {name} -o yaml"),
     )
     .await
     .yaml();
     assert_eq!(yaml, json);
-    let status = cli(cluster, &ns, &["node", "status", &nodes[0], "-o", "wide"]).await;
+    let status = sh(cluster, &ns, &format!("node status {} -o wide", nodes[0])).await;
     assert!(
         status
             .ok()
             .contains("agent     1.0.0     config   complete"),
         "{status:#?}"
     );
-    let status = cli(
+    let status = sh(
         cluster,
         &ns,
-        &[
-            "node",
-            "status",
-            "cli-life-.*",
-            "--nodewright",
-            name,
-            "-o",
-            "json",
-        ],
+        &format!("node status cli-life-.* --nodewright {name} -o json"),
     )
     .await
     .json();
     assert_eq!(status.as_array().map(Vec::len), Some(2));
     assert_eq!(status[0]["packages"][0]["stage"], "config");
-    let table = cli(cluster, &ns, &["node", "status", "cli-life-.*"]).await;
+    let table = sh(cluster, &ns, "node status cli-life-.*").await;
     assert!(
         table
             .ok()
             .contains("NODE         NODEWRIGHT   STATUS     PACKAGES"),
         "{table:#?}"
     );
-    let pkg = cli(
+    let pkg = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "status",
-            "agent",
-            "--nodewright",
-            name,
-            "-o",
-            "json",
-        ],
+        &format!("package status agent --nodewright {name} -o json"),
     )
     .await
     .json();
     assert_eq!(pkg["packages"][0], "agent:1.0.0");
     assert_eq!(pkg["nodes"].as_array().map(Vec::len), Some(2));
-    let pkg = cli(
+    let pkg = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "status",
-            "agent",
-            "--nodewright",
-            name,
-            "--node",
-            &nodes[1],
-            "-o",
-            "wide",
-        ],
+        &format!(
+            "package status agent --nodewright {name} --node {} -o wide",
+            nodes[1]
+        ),
     )
     .await;
     assert!(
         pkg.ok().contains("RESTARTS   IMAGE") && !pkg.ok().contains(&nodes[0]),
         "{pkg:#?}"
     );
-    cli(
+    sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "status",
-            "agent",
-            "--nodewright",
-            name,
-            "-o",
-            "yaml",
-        ],
+        &format!("package status agent --nodewright {name} -o yaml"),
     )
     .await
     .yaml();
 
     // Every NodeWright's nodes, and -v's detail on stderr.
-    let all = cli(cluster, &ns, &["node", "list", "-o", "json", "-v"]).await;
+    let all = sh(cluster, &ns, "node list -o json -v").await;
     assert!(all.stderr.contains("using the API server"), "{all:#?}");
     let all = all.json();
     assert_eq!(
@@ -1085,23 +1014,13 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
             .and_then(|j| j.metadata.uid.clone())
     };
     let first_config = config_job().await;
-    let rerun = cli(
+    let rerun = sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "rerun",
-            "agent",
-            "--nodewright",
-            name,
-            "--node",
-            &nodes[0],
-            "--stage",
-            "config",
-            "-y",
-            "-o",
-            "json",
-        ],
+        &format!(
+            "package rerun agent --nodewright {name} --node {} --stage config -y -o json",
+            nodes[0]
+        ),
     )
     .await
     .json();
@@ -1126,10 +1045,10 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
         )
     };
     let before = written().await;
-    cli(cluster, &ns, &["pause", name])
+    sh(cluster, &ns, &format!("pause {name}"))
         .await
         .fails(2, "refusing to pause NodeWright cli-life");
-    let dry = cli(cluster, &ns, &["pause", name, "--dry-run"]).await;
+    let dry = sh(cluster, &ns, &format!("pause {name} --dry-run")).await;
     assert!(
         dry.ok().contains("nodewright/cli-life: would pause"),
         "{dry:#?}"
@@ -1139,7 +1058,7 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
             .contains("\"nodewright.nvidia.com/pause\":\"true\""),
         "{dry:#?}"
     );
-    let dry_json = cli(cluster, &ns, &["pause", name, "--dry-run", "-o", "json"])
+    let dry_json = sh(cluster, &ns, &format!("pause {name} --dry-run -o json"))
         .await
         .json();
     assert_eq!(dry_json["dryRun"], true);
@@ -1163,9 +1082,9 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
         Some("true")
     );
     wait_status(cluster, &client, name, Status::Paused).await;
-    let again = cli(cluster, &ns, &["pause", name, "-y"]).await;
+    let again = sh(cluster, &ns, &format!("pause {name} -y")).await;
     assert!(again.ok().contains("already paused"), "{again:#?}");
-    let resumed = cli(cluster, &ns, &["resume", name, "-y", "-o", "yaml"])
+    let resumed = sh(cluster, &ns, &format!("resume {name} -y -o yaml"))
         .await
         .yaml();
     assert_eq!(resumed["changes"][0]["kind"], "NodeWright");
@@ -1173,7 +1092,7 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
         nw_annotation(&client, name, keys::PAUSE_ANNOTATION).await,
         None
     );
-    cli(cluster, &ns, &["disable", name, "-y"]).await.ok();
+    sh(cluster, &ns, &format!("disable {name} -y")).await.ok();
     wait_status(cluster, &client, name, Status::Complete).await;
     assert_eq!(
         nw_annotation(&client, name, keys::DISABLE_ANNOTATION)
@@ -1181,7 +1100,9 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
             .as_deref(),
         Some("true")
     );
-    cli(cluster, &ns, &["enable", name, "--confirm"]).await.ok();
+    sh(cluster, &ns, &format!("enable {name} --confirm"))
+        .await
+        .ok();
     assert_eq!(
         nw_annotation(&client, name, keys::DISABLE_ANNOTATION).await,
         None
@@ -1189,10 +1110,12 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
 
     // node ignore / unignore (no prompt), --dry-run first.
     let before = node_marks(&client, &refs).await;
-    let dry = cli(cluster, &ns, &["node", "ignore", &nodes[1], "--dry-run"]).await;
+    let dry = sh(cluster, &ns, &format!("node ignore {} --dry-run", nodes[1])).await;
     assert!(dry.ok().contains("would ignore"), "{dry:#?}");
     assert_eq!(node_marks(&client, &refs).await, before);
-    cli(cluster, &ns, &["node", "ignore", &nodes[1]]).await.ok();
+    sh(cluster, &ns, &format!("node ignore {}", nodes[1]))
+        .await
+        .ok();
     let node = Api::<Node>::all(client.clone())
         .get(&nodes[1])
         .await
@@ -1207,11 +1130,9 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
             .is_some_and(|c| c.status == "True" && c.message.contains("cli-life-1"))
     })
     .await;
-    let skipped = cli(cluster, &ns, &["node", "ignore", &nodes[1]]).await;
+    let skipped = sh(cluster, &ns, &format!("node ignore {}", nodes[1])).await;
     assert!(skipped.ok().contains("already ignored"), "{skipped:#?}");
-    cli(cluster, &ns, &["node", "unignore", "cli-life-1"])
-        .await
-        .ok();
+    sh(cluster, &ns, "node unignore cli-life-1").await.ok();
     let node = Api::<Node>::all(client.clone())
         .get(&nodes[1])
         .await
@@ -1222,41 +1143,25 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
     // node reset: refused without -y; with it the node's packages run again.
     let applies_before = first_jobs.runs().len();
     let before = node_marks(&client, &refs).await;
-    cli(
+    sh(
         cluster,
         &ns,
-        &["node", "reset", &nodes[0], "--nodewright", name],
+        &format!("node reset {} --nodewright {name}", nodes[0]),
     )
     .await
     .fails(2, "refusing to reset NodeWright cli-life on cli-life-0");
-    cli(
+    sh(
         cluster,
         &ns,
-        &[
-            "node",
-            "reset",
-            &nodes[0],
-            "--nodewright",
-            name,
-            "--dry-run",
-        ],
+        &format!("node reset {} --nodewright {name} --dry-run", nodes[0]),
     )
     .await
     .ok();
     assert_eq!(node_marks(&client, &refs).await, before);
-    let reset = cli(
+    let reset = sh(
         cluster,
         &ns,
-        &[
-            "node",
-            "reset",
-            &nodes[0],
-            "--nodewright",
-            name,
-            "-y",
-            "-o",
-            "json",
-        ],
+        &format!("node reset {} --nodewright {name} -y -o json", nodes[0]),
     )
     .await
     .json();
@@ -1278,7 +1183,7 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
 
     // reset: every node and the batch state; dry run first.
     let before = node_marks(&client, &refs).await;
-    let dry = cli(cluster, &ns, &["reset", name, "--dry-run", "-o", "json"])
+    let dry = sh(cluster, &ns, &format!("reset {name} --dry-run -o json"))
         .await
         .json();
     let kinds: Vec<&str> = dry["changes"]
@@ -1293,16 +1198,16 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
         1
     );
     assert_eq!(node_marks(&client, &refs).await, before);
-    cli(cluster, &ns, &["reset", name])
+    sh(cluster, &ns, &format!("reset {name}"))
         .await
         .fails(2, "refusing to reset NodeWright cli-life");
-    let done = cli(cluster, &ns, &["reset", name, "-y"]).await;
+    let done = sh(cluster, &ns, &format!("reset {name} -y")).await;
     assert!(done.ok().contains("has state on 2 node(s)"), "{done:#?}");
     wait_installed(cluster, &client, name, "agent", &refs).await;
-    let kept = cli(
+    let kept = sh(
         cluster,
         &ns,
-        &["reset", name, "-y", "--skip-batch-reset", "-o", "json"],
+        &format!("reset {name} -y --skip-batch-reset -o json"),
     )
     .await
     .json();
@@ -1315,13 +1220,13 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
     wait_installed(cluster, &client, name, "agent", &refs).await;
 
     // deployment-policy reset (alias dp).
-    cli(cluster, &ns, &["dp", "reset", name])
+    sh(cluster, &ns, &format!("dp reset {name}"))
         .await
         .fails(2, "refusing to reset the batch state");
-    let dp = cli(
+    let dp = sh(
         cluster,
         &ns,
-        &["deployment-policy", "reset", name, "-y", "-o", "yaml"],
+        &format!("deployment-policy reset {name} -y -o yaml"),
     )
     .await
     .yaml();
@@ -1422,71 +1327,40 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_written() {
     ] {
         cli(cluster, &ns, &args).await.fails(1, "no node matches");
     }
-    cli(
+    sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "rerun",
-            "agent",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-            "--stage",
-            "interrupt",
-            "-y",
-        ],
+        &format!("package rerun agent --nodewright {name} --node {node} --stage interrupt -y"),
     )
     .await
     .fails(1, "package agent of NodeWright cli-bad has no interrupt");
-    cli(
+    sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "rerun",
-            "agent",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-            "--stage",
-            "upgrade",
-            "-y",
-        ],
+        &format!("package rerun agent --nodewright {name} --node {node} --stage upgrade -y"),
     )
     .await
     .fails(2, "invalid value 'upgrade' for '--stage <STAGE>'");
-    cli(
+    sh(
         cluster,
         &ns,
-        &[
-            "package",
-            "rerun",
-            "nope",
-            "--nodewright",
-            name,
-            "--node",
-            node,
-            "-y",
-        ],
+        &format!("package rerun nope --nodewright {name} --node {node} -y"),
     )
     .await
     .fails(
         1,
         "NodeWright cli-bad has no package \"nope\" (its packages: agent)",
     );
-    cli(cluster, &ns, &["why", name, "--node", "no-such-node"])
+    sh(cluster, &ns, &format!("why {name} --node no-such-node"))
         .await
         .fails(1, "no node named");
-    cli(cluster, &ns, &["node", "status", "("])
+    sh(cluster, &ns, "node status (")
         .await
         .fails(2, "not a valid regular expression");
-    cli(cluster, &ns, &["node", "list", "-o", "xml"])
+    sh(cluster, &ns, "node list -o xml")
         .await
         .fails(2, "invalid value 'xml'");
-    cli(cluster, &ns, &["--request-timeout", "soon", "node", "list"])
+    sh(cluster, &ns, "--request-timeout soon node list")
         .await
         .fails(2, "--request-timeout");
     cli(cluster, &ns, &[]).await.fails(2, "Usage:");
@@ -1497,7 +1371,7 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_written() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
     )
     .expect("file");
-    cli(cluster, &ns, &["plan", "-f", &wrong.display().to_string()])
+    sh(cluster, &ns, &format!("plan -f {}", wrong.display()))
         .await
         .fails(
             1,
@@ -1582,7 +1456,7 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
         .find_map(|l| l.strip_prefix("appVersion: "))
         .map(|v| v.trim_matches('"').to_owned())
         .expect("appVersion");
-    let version = cli(cluster, &ns, &["version"]).await;
+    let version = sh(cluster, &ns, "version").await;
     assert!(
         version.ok().contains(&format!(
             "kubectl-nodewright: {}",
@@ -1596,16 +1470,16 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
             .contains(&format!("NodeWright operator: {chart_version}")),
         "{version:#?}"
     );
-    let json = cli(cluster, &ns, &["version", "-o", "json"]).await.json();
+    let json = sh(cluster, &ns, "version -o json").await.json();
     assert_eq!(json["operator"]["version"], chart_version.as_str());
     assert_eq!(
         json["operator"]["deployment"],
         format!("{ns}/rel-nodewright-operator")
     );
-    let wide = cli(cluster, &ns, &["version", "-o", "wide"]).await;
+    let wide = sh(cluster, &ns, "version -o wide").await;
     assert!(wide.ok().contains("(Deployment "), "{wide:#?}");
-    cli(cluster, &ns, &["version", "-o", "yaml"]).await.yaml();
-    let elsewhere = cli(cluster, "default", &["version"]).await;
+    sh(cluster, &ns, "version -o yaml").await.yaml();
+    let elsewhere = sh(cluster, "default", "version").await;
     assert!(
         elsewhere
             .ok()
@@ -1636,7 +1510,7 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
         "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata: {name: cli-version-new}\nspec:\n  nodeSelectors: {matchLabels: {cli.nodewright.test/pool: none}}\n  packages: {agent: {version: 1.0.0, image: ghcr.io/x/agent}}\n",
     )
     .expect("manifest");
-    let plan = cli(cluster, &ns, &["plan", "-f", &new_nw.display().to_string()]).await;
+    let plan = sh(cluster, &ns, &format!("plan -f {}", new_nw.display())).await;
     assert!(
         plan.ok().contains(&format!(
             "Operator settings: the configuration of {ns}/rel-nodewright-operator"
@@ -1903,17 +1777,10 @@ spec:
     let before = node_marks(&client, &all).await;
 
     // --dry-run shows every change and writes nothing.
-    let dry = cli(
+    let dry = sh(
         cluster,
         &ns,
-        &[
-            "migrate-from-skyhook",
-            "--skyhook",
-            name,
-            "--dry-run",
-            "-o",
-            "json",
-        ],
+        &format!("migrate-from-skyhook --skyhook {name} --dry-run -o json"),
     )
     .await
     .json();
@@ -1948,10 +1815,10 @@ spec:
         "reboot"
     );
     assert_eq!(nw_change["metadata"]["labels"][SUITE], name);
-    let table = cli(
+    let table = sh(
         cluster,
         &ns,
-        &["migrate-from-skyhook", "--skyhook", name, "--dry-run"],
+        &format!("migrate-from-skyhook --skyhook {name} --dry-run"),
     )
     .await;
     let text = table.ok();
@@ -1979,30 +1846,27 @@ spec:
             .expect("get")
             .is_none()
     );
-    cli(cluster, &ns, &["migrate-from-skyhook", "--skyhook", name])
-        .await
-        .fails(2, "refusing to migrate from Skyhook");
-    cli(
+    sh(
         cluster,
         &ns,
-        &["migrate-from-skyhook", "--skyhook", "no-such-skyhook", "-y"],
+        &format!("migrate-from-skyhook --skyhook {name}"),
+    )
+    .await
+    .fails(2, "refusing to migrate from Skyhook");
+    sh(
+        cluster,
+        &ns,
+        "migrate-from-skyhook --skyhook no-such-skyhook -y",
     )
     .await
     .fails(1, "no Skyhook named \"no-such-skyhook\"");
 
     // The migration: records first, then the objects.
     let jobs = FirstJobs::start(client.clone(), &ns);
-    let done = cli(
+    let done = sh(
         cluster,
         &ns,
-        &[
-            "migrate-from-skyhook",
-            "--skyhook",
-            name,
-            "-y",
-            "-o",
-            "yaml",
-        ],
+        &format!("migrate-from-skyhook --skyhook {name} -y -o yaml"),
     )
     .await
     .yaml();
@@ -2054,10 +1918,10 @@ spec:
         d.labels().get(keys::IGNORE_LABEL).map(String::as_str),
         Some("true")
     );
-    let again = cli(
+    let again = sh(
         cluster,
         &ns,
-        &["migrate-from-skyhook", "--skyhook", name, "-y"],
+        &format!("migrate-from-skyhook --skyhook {name} -y"),
     )
     .await;
     assert!(
@@ -2106,18 +1970,10 @@ spec:
         "{:?}",
         c.spec
     );
-    let status = cli(
+    let status = sh(
         cluster,
         &ns,
-        &[
-            "node",
-            "status",
-            installed,
-            "--nodewright",
-            name,
-            "-o",
-            "json",
-        ],
+        &format!("node status {installed} --nodewright {name} -o json"),
     )
     .await
     .json();
@@ -2153,31 +2009,19 @@ async fn day2_transcript() {
         nodes.push(node);
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let apply_log = dir.path().join("apply.log");
-    write_cri_log(
-        &apply_log,
+    let _logs = driver_logs(
+        &client,
+        ns,
+        dir.path(),
         &[
             "unpacking gpu-driver 1.4.0",
             "installing kernel module sources",
         ],
-    );
-    let check_log = dir.path().join("check.log");
-    write_cri_log(
-        &check_log,
         &[
             "checking gpu-driver 1.4.0",
             "modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.1.0-27-cloud-amd64",
             "error: the driver module does not load",
         ],
-    );
-    let _logs = LogGiver::start(
-        client.clone(),
-        ns.to_owned(),
-        vec![
-            ("driver-apply".into(), apply_log.clone()),
-            ("driver-applycheck".into(), check_log.clone()),
-        ],
-        pod_of("driver"),
     );
     let fixed = Arc::new(AtomicBool::new(false));
     let broken = failing_driver(fixed.clone(), Some("gpu-2".into()));

@@ -26,6 +26,7 @@ use crate::args::MigrateArgs;
 use crate::cluster;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
+use crate::manifest;
 use crate::output::print;
 use crate::prompt::confirm;
 use crate::writes::Writer;
@@ -72,43 +73,17 @@ async fn list_upstream(ctx: &Ctx, kind: &str, plural: &str) -> Result<Vec<Value>
 /// Reads upstream objects from files (YAML or JSON, several documents, `List`s flattened).
 fn read_files(files: &[PathBuf]) -> Result<Upstream> {
     let mut up = Upstream::default();
+    let expected = format!("{UPSTREAM_GROUP}/{UPSTREAM_VERSION}");
     for path in files {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| {
-                CliError::Invalid(format!(
-                    "{shown}: document {} is not YAML or JSON: {e}",
-                    i + 1
-                ))
-            })?;
-            let items = match value.get("items").and_then(Value::as_array) {
-                Some(items) => items.clone(),
-                None if value.is_null() => Vec::new(),
-                None => vec![value],
-            };
-            for item in items {
-                let api_version = item.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                let kind = item.get("kind").and_then(Value::as_str).unwrap_or("");
-                match (api_version, kind) {
-                    (v, "Skyhook") if v == format!("{UPSTREAM_GROUP}/{UPSTREAM_VERSION}") => {
-                        up.skyhooks.push(item)
-                    }
-                    (v, "DeploymentPolicy")
-                        if v == format!("{UPSTREAM_GROUP}/{UPSTREAM_VERSION}") =>
-                    {
-                        up.policies.push(item)
-                    }
-                    _ => {
-                        return Err(CliError::Invalid(format!(
-                            "{shown}: document {} is {api_version}/{kind}: expected a Skyhook or \
-                             DeploymentPolicy of {UPSTREAM_GROUP}/{UPSTREAM_VERSION}",
-                            i + 1
-                        )));
-                    }
+        for doc in manifest::read(path)? {
+            match (doc.api_version == expected, doc.kind.as_str()) {
+                (true, "Skyhook") => up.skyhooks.push(doc.value),
+                (true, "DeploymentPolicy") => up.policies.push(doc.value),
+                _ => {
+                    return Err(doc.error(format!(
+                        "{}/{} is not a Skyhook or a DeploymentPolicy of {expected}",
+                        doc.api_version, doc.kind
+                    )));
                 }
             }
         }

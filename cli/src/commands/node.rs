@@ -9,7 +9,7 @@ use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde::Serialize;
 
-use super::reset::reset_node_edit;
+use super::reset::reset_nodes;
 use crate::args::{NodeListArgs, NodePatterns as PatternArgs, NodeResetArgs, NodeStatusArgs};
 use crate::cluster;
 use crate::context::Ctx;
@@ -237,15 +237,7 @@ pub async fn reset(ctx: &Ctx, args: &NodeResetArgs) -> Result<()> {
             ),
         )?;
     }
-    for node in targets {
-        writer
-            .edit_node(
-                &node.name_any(),
-                &format!("reset NodeWright {name} (node state, status, version and cordon)"),
-                |n| Some(reset_node_edit(n, name)),
-            )
-            .await?;
-    }
+    reset_nodes(&mut writer, &targets, name).await?;
     print(ctx.format(), &writer.finish()?)
 }
 

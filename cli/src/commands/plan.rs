@@ -3,7 +3,6 @@
 //! (and policies) of a manifest.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
@@ -12,12 +11,12 @@ use nodewright_operator::preview::{Blocker, NodePreview, Preview, Snapshot, prev
 use nodewright_shared::api::{DeploymentPolicy, NodeWright, Sequencing};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::Stage;
-use serde_json::Value;
 
 use crate::args::PlanArgs;
 use crate::cluster;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
+use crate::manifest;
 use crate::output::{Render, Table, or_dash, print};
 
 /// A preview with what the table needs besides.
@@ -319,63 +318,27 @@ impl Render for PlanReport {
 /// The NodeWright and policies of a manifest; `name` picks the NodeWright when it holds several.
 fn read_manifest(path: &Path, name: Option<&str>) -> Result<(NodeWright, Vec<DeploymentPolicy>)> {
     let shown = path.display().to_string();
-    let text = if shown == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|source| CliError::Read {
-                path: "stdin".into(),
-                source,
-            })?;
-        s
-    } else {
-        std::fs::read_to_string(path).map_err(|source| CliError::Read {
-            path: shown.clone(),
-            source,
-        })?
-    };
+    let expected = format!("{}/{}", keys::GROUP, keys::VERSION);
     let mut nodewrights = Vec::new();
     let mut policies = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| {
-            CliError::Invalid(format!(
-                "{shown}: document {} is not YAML or JSON: {e}",
-                i + 1
-            ))
-        })?;
-        if value.is_null() {
-            continue;
-        }
-        let kind = value
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let api_version = value
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let expected = format!("{}/{}", keys::GROUP, keys::VERSION);
-        let decode = |what: &str| {
-            CliError::Invalid(format!(
-                "{shown}: document {} ({what}) does not match the {what} schema",
-                i + 1
-            ))
+    for doc in manifest::read(path)? {
+        let schema = |what: &str, e: serde_json::Error| {
+            doc.error(format!("does not match the {what} schema: {e}"))
         };
-        match (api_version == expected, kind) {
+        match (doc.api_version == expected, doc.kind.as_str()) {
             (true, "NodeWright") => nodewrights.push(
-                serde_json::from_value::<NodeWright>(value.clone())
-                    .map_err(|e| CliError::Invalid(format!("{}: {e}", decode("NodeWright"))))?,
+                serde_json::from_value::<NodeWright>(doc.value.clone())
+                    .map_err(|e| schema("NodeWright", e))?,
             ),
             (true, "DeploymentPolicy") => policies.push(
-                serde_json::from_value::<DeploymentPolicy>(value.clone()).map_err(|e| {
-                    CliError::Invalid(format!("{}: {e}", decode("DeploymentPolicy")))
-                })?,
+                serde_json::from_value::<DeploymentPolicy>(doc.value.clone())
+                    .map_err(|e| schema("DeploymentPolicy", e))?,
             ),
             _ => {
-                return Err(CliError::Invalid(format!(
-                    "{shown}: document {} is {api_version}/{kind}: expected a NodeWright or a \
+                return Err(doc.error(format!(
+                    "{}/{} is not a NodeWright or a DeploymentPolicy: expected a NodeWright or a \
                      DeploymentPolicy of {expected}",
-                    i + 1
+                    doc.api_version, doc.kind
                 )));
             }
         }

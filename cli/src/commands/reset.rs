@@ -28,6 +28,20 @@ pub fn reset_node_edit(node: &Node, nodewright: &str) -> NodeEdit {
     edit
 }
 
+/// Resets `nodewright` on each of `nodes` ([`reset_node_edit`]).
+pub async fn reset_nodes(writer: &mut Writer<'_>, nodes: &[&Node], nodewright: &str) -> Result<()> {
+    for node in nodes {
+        writer
+            .edit_node(
+                &node.name_any(),
+                &format!("reset NodeWright {nodewright} (node state, status, version and cordon)"),
+                |n| Some(reset_node_edit(n, nodewright)),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 /// The status patch that resets the batch state of every compartment; `full` (a reset of every
 /// node): batch 1 from nothing, and `SKYHOOK_NODE_ORDER` from 0 again. Otherwise the checkpoints
 /// stay at the compartment's complete and failed nodes, so those never count as batch 1's outcome.
@@ -98,15 +112,7 @@ pub async fn run(ctx: &Ctx, args: &ResetArgs) -> Result<()> {
             ),
         )?;
     }
-    for node in with_state {
-        writer
-            .edit_node(
-                &node.name_any(),
-                &format!("reset NodeWright {name} (node state, status, version and cordon)"),
-                |n| Some(reset_node_edit(n, name)),
-            )
-            .await?;
-    }
+    reset_nodes(&mut writer, &with_state, name).await?;
     if let Some(patch) = status_patch {
         writer
             .patch_nodewright_status(
