@@ -523,7 +523,7 @@ impl World<'_> {
             let input = self.input(&nw, &status, &nodes, false, false, pass_number);
             let decision = pass::decide(&input, &self.parts.compartments);
             let admitted = self.record_admissions(&mut sim, &decision, &mut waves, pass_number);
-            let mut changed = false;
+            let mut ran: BTreeSet<String> = BTreeSet::new();
             let mut results = BTreeMap::new();
             for (node_name, row) in &decision.rows {
                 let idle = pass::idle_status(&decision, &input, node_name);
@@ -534,7 +534,7 @@ impl World<'_> {
                 {
                     sim.runs
                         .insert(node_name.clone(), self.run_node(&nw, node_name, state));
-                    changed = true;
+                    ran.insert(node_name.clone());
                 }
                 let result = match sim.runs.get(node_name) {
                     Some(run) if works => {
@@ -552,15 +552,13 @@ impl World<'_> {
                 results.insert(node_name.clone(), result);
             }
             let next = pass::finish(&input, &self.parts.compartments, decision, results);
-            if changed {
-                nodes = nodes
-                    .iter()
-                    .map(|n| match sim.runs.get(&n.name_any()) {
-                        Some(run) => with_state(n, self.name, &run.state),
-                        None => n.clone(),
-                    })
-                    .collect();
+            // Only the nodes that ran this pass change (a copy each, once).
+            for n in nodes.iter_mut() {
+                if let Some(run) = ran.get(n.name_any().as_str()).and_then(|r| sim.runs.get(r)) {
+                    *n = with_state(n, self.name, &run.state);
+                }
             }
+            let changed = !ran.is_empty();
             for (compartment, c) in &next.compartment_statuses {
                 if c.batch_state.as_ref().is_some_and(|b| b.should_stop) {
                     sim.stopped.insert(compartment.clone());
