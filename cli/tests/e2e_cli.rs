@@ -280,9 +280,33 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
         &[(keys::PAUSE_ANNOTATION, "true")],
     )
     .await;
+    // A node an earlier NodeWright (priority 100, paused) is not done with: it holds it back.
+    create_fake_node(&client, "cli-plan-held", &[(POOL, name)], json!([])).await;
+    let mut first = NodeWright::new(
+        "cli-plan-first",
+        NodeWrightSpec {
+            priority: 100,
+            node_selectors: support::on_nodes(&["cli-plan-held"]),
+            packages: BTreeMap::from([("base".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    );
+    first.metadata.labels = Some(BTreeMap::from([(
+        SUITE.to_owned(),
+        "cli-plan-first".to_owned(),
+    )]));
+    first.metadata.annotations = Some(BTreeMap::from([(
+        keys::PAUSE_ANNOTATION.to_owned(),
+        "true".to_owned(),
+    )]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &first)
+        .await
+        .expect("NodeWright created");
     let first_jobs = FirstJobs::start(client.clone(), &ns);
-    let _operator = operator(&client, &ns, &[name], 3, None);
+    let _operator = operator(&client, &ns, &[name, "cli-plan-first"], 3, None);
     wait_status(cluster, &client, name, Status::Paused).await;
+    wait_status(cluster, &client, "cli-plan-first", Status::Paused).await;
 
     let plan = sh(cluster, &ns, &format!("plan {name} -o json"))
         .await
@@ -337,6 +361,51 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
     let tainted = planned_node(&plan, "cli-plan-tainted");
     assert_eq!(tainted["blockers"][0]["reason"], "taints");
     assert_eq!(tainted["blockers"][0]["taints"][0], "dedicated:NoSchedule");
+    let held = planned_node(&plan, "cli-plan-held");
+    assert_eq!(
+        held["blockers"][1],
+        json!({"reason": "priority", "nodewright": "cli-plan-first", "sequencing": "node"}),
+        "{held:#}"
+    );
+    assert!(held["batch"].is_null());
+
+    // `why` says what holds each node back, and the command that clears it.
+    for (node, reason, command) in [
+        (
+            "cli-plan-1",
+            "paused",
+            "kubectl nodewright resume cli-plan".to_owned(),
+        ),
+        (
+            "cli-plan-held",
+            "priority",
+            "kubectl nodewright why cli-plan-first --node cli-plan-held".to_owned(),
+        ),
+        (
+            "cli-plan-tainted",
+            "taints",
+            "kubectl taint node cli-plan-tainted dedicated:NoSchedule-".to_owned(),
+        ),
+        (
+            "cli-plan-ignored",
+            "ignored",
+            "kubectl nodewright node unignore cli-plan-ignored".to_owned(),
+        ),
+    ] {
+        let why = sh(cluster, &ns, &format!("why {name} --node {node} -o json"))
+            .await
+            .json();
+        let blockers = why["nodes"][0]["blockers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            blockers
+                .iter()
+                .any(|b| b["detail"]["reason"] == reason && b["command"] == command.as_str()),
+            "{node}: {why:#}"
+        );
+    }
 
     // The same preview in every format.
     let yaml = sh(cluster, &ns, &format!("plan {name} -o yaml"))
@@ -1860,6 +1929,41 @@ spec:
     )
     .await
     .fails(1, "no Skyhook named \"no-such-skyhook\"");
+
+    // The same from the objects in a file.
+    let from_file = sh(
+        cluster,
+        &ns,
+        &format!(
+            "migrate-from-skyhook -f {} --dry-run -o json",
+            objects.display()
+        ),
+    )
+    .await
+    .json();
+    let kinds: Vec<&str> = from_file["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "DeploymentPolicy",
+            "Node",
+            "Node",
+            "Node",
+            "Node",
+            "NodeWright"
+        ],
+        "{from_file:#}"
+    );
+    assert_eq!(
+        node_marks(&client, &all).await,
+        before,
+        "a dry run writes nothing"
+    );
 
     // The migration: records first, then the objects.
     let jobs = FirstJobs::start(client.clone(), &ns);
