@@ -565,6 +565,9 @@ fn pod_of(package: &'static str) -> impl Fn(&Pod) -> bool + Send + 'static {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clears_it() {
     let cluster = cluster().await;
+    if common::skip_without_kwok_logs(cluster, "why on a timed-out stage").await {
+        return;
+    }
     let client = cluster.client().await.expect("client");
     let ns = cluster
         .create_namespace("cli-why")
@@ -794,6 +797,9 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn package_logs_follow_a_running_stage() {
     let cluster = cluster().await;
+    if common::skip_without_kwok_logs(cluster, "package logs -f").await {
+        return;
+    }
     let client = cluster.client().await.expect("client");
     let ns = cluster
         .create_namespace("cli-follow")
@@ -2093,6 +2099,9 @@ spec:
 #[ignore = "prints the README's Day-2 transcript; run explicitly"]
 async fn day2_transcript() {
     let cluster = cluster().await;
+    if common::skip_without_kwok_logs(cluster, "the Day-2 transcript").await {
+        return;
+    }
     let client = cluster.client().await.expect("client");
     // The operator's default namespace, so the commands need no -n.
     let ns = "nodewright";

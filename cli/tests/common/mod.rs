@@ -152,6 +152,30 @@ fn kwok_logs() -> ApiResource {
     )
 }
 
+/// Whether the cluster's kwok serves fake pods' logs (its `Logs` CRD is installed, as
+/// `tests/controlplane/up.sh` does); says SKIPPED for `test` when not.
+pub async fn skip_without_kwok_logs(cluster: &Cluster, test: &str) -> bool {
+    if cluster.skip_without_pod_fates(test) {
+        return true;
+    }
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(cluster.client().await.expect("client"));
+    if crds
+        .get_opt("logs.kwok.x-k8s.io")
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        return false;
+    }
+    eprintln!(
+        "SKIPPED {test}: needs kwok's Logs CRD (kwokctl enableCRDs: [Logs], as tests/controlplane/up.sh \
+         sets), which this cluster does not have"
+    );
+    true
+}
+
 /// Writes a log file in the CRI format the kubelet (and kwok) serve logs from.
 pub fn write_cri_log(path: &Path, lines: &[&str]) {
     let text: String = lines
