@@ -107,6 +107,7 @@ pub struct Cli {
 
 /// Flags every command takes.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, global = true, value_name = "FILE")]
@@ -205,13 +206,24 @@ again at batch 1. Every package then runs again from `apply` on every node, thro
     )]
     Reset(ResetArgs),
     /// DeploymentPolicy batch state of a NodeWright.
-    #[command(name = "deployment-policy", visible_alias = "dp", subcommand)]
+    #[command(
+        name = "deployment-policy",
+        visible_alias = "dp",
+        subcommand,
+        after_help = "Examples:\n  kubectl nodewright deployment-policy reset gpu-setup\n  kubectl nodewright dp reset gpu-setup -y"
+    )]
     DeploymentPolicy(DpCommand),
     /// Nodes: list, status, reset, ignore, unignore.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  kubectl nodewright node list --nodewright gpu-setup\n  kubectl nodewright node status node-7 -o wide\n  kubectl nodewright node reset node-7 --nodewright gpu-setup -y"
+    )]
     Node(NodeCommand),
     /// Packages: status, rerun, logs.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  kubectl nodewright package status driver --nodewright gpu-setup\n  kubectl nodewright package rerun driver --nodewright gpu-setup --node node-7\n  kubectl nodewright package logs driver --nodewright gpu-setup --node node-7"
+    )]
     Package(PackageCommand),
     /// Preview a rollout: which nodes, in which compartment and batch, which stages, which
     /// disruption.

@@ -13,9 +13,10 @@ use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::args::Format;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
-use crate::output::{Render, or_dash};
+use crate::output::{Render, or_dash, print};
 
 /// Attempts of a node write that keeps meeting concurrent updates.
 const NODE_WRITE_ATTEMPTS: usize = 5;
@@ -123,10 +124,12 @@ impl<'a> Writer<'a> {
         self.report.changes.is_empty()
     }
 
-    /// The report; an error listing the failed writes when some failed.
-    pub fn finish(self) -> Result<Report> {
+    /// Prints the report in `format` (the changes that were made, also when some failed), then
+    /// returns an error listing the failed writes, if any.
+    pub fn print(self, format: Format) -> Result<()> {
+        print(format, &self.report)?;
         if self.failures.is_empty() {
-            return Ok(self.report);
+            return Ok(());
         }
         Err(CliError::Partial {
             failed: self.failures.len(),

@@ -8,7 +8,6 @@ use crate::args::Lifecycle;
 use crate::cluster;
 use crate::context::Ctx;
 use crate::error::Result;
-use crate::output::print;
 use crate::prompt::confirm;
 use crate::writes::Writer;
 
@@ -82,7 +81,7 @@ pub async fn run(ctx: &Ctx, verb: Verb, args: &Lifecycle) -> Result<()> {
             "NodeWright {name} is already {}: nothing to change",
             verb.state()
         ));
-        return print(ctx.format(), &writer.finish()?);
+        return writer.print(ctx.format());
     }
     if !ctx.dry_run() {
         confirm(
@@ -111,7 +110,7 @@ pub async fn run(ctx: &Ctx, verb: Verb, args: &Lifecycle) -> Result<()> {
             json!({"metadata": {"annotations": {key: value}}}),
         )
         .await?;
-    print(ctx.format(), &writer.finish()?)
+    writer.print(ctx.format())
 }
 
 fn capitalised(word: &str) -> String {

@@ -27,7 +27,6 @@ use crate::cluster;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
 use crate::manifest;
-use crate::output::print;
 use crate::prompt::confirm;
 use crate::writes::Writer;
 
@@ -507,7 +506,7 @@ pub async fn run(ctx: &Ctx, args: &MigrateArgs) -> Result<()> {
         .collect();
     if new_policies.is_empty() && new_nodewrights.is_empty() && node_edits.is_empty() {
         writer.note("everything is migrated already: nothing to change");
-        return print(ctx.format(), &writer.finish()?);
+        return writer.print(ctx.format());
     }
     if !ctx.dry_run() {
         confirm(
@@ -566,7 +565,7 @@ pub async fn run(ctx: &Ctx, args: &MigrateArgs) -> Result<()> {
             writer.patch_nodewright_status(&name, action, patch).await?;
         }
     }
-    print(ctx.format(), &writer.finish()?)
+    writer.print(ctx.format())
 }
 
 #[cfg(test)]

@@ -223,7 +223,7 @@ pub async fn reset(ctx: &Ctx, args: &NodeResetArgs) -> Result<()> {
         writer.note(format!(
             "none of the matching nodes has state for NodeWright {name}: nothing to reset"
         ));
-        return print(ctx.format(), &writer.finish()?);
+        return writer.print(ctx.format());
     }
     if !ctx.dry_run() {
         let names: Vec<String> = targets.iter().map(|n| n.name_any()).collect();
@@ -238,7 +238,7 @@ pub async fn reset(ctx: &Ctx, args: &NodeResetArgs) -> Result<()> {
         )?;
     }
     reset_nodes(&mut writer, &targets, name).await?;
-    print(ctx.format(), &writer.finish()?)
+    writer.print(ctx.format())
 }
 
 /// Runs `node ignore` (`on`) or `node unignore`.
@@ -277,5 +277,5 @@ pub async fn ignore(ctx: &Ctx, args: &PatternArgs, on: bool) -> Result<()> {
             })
             .await?;
     }
-    print(ctx.format(), &writer.finish()?)
+    writer.print(ctx.format())
 }

@@ -239,7 +239,7 @@ pub async fn rerun(ctx: &Ctx, args: &PackageRerunArgs) -> Result<()> {
             )
             .await?;
     }
-    print(ctx.format(), &writer.finish()?)
+    writer.print(ctx.format())
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@ use crate::args::{DpResetArgs, ResetArgs};
 use crate::cluster;
 use crate::context::Ctx;
 use crate::error::Result;
-use crate::output::print;
 use crate::prompt::confirm;
 use crate::summary::has_records;
 use crate::writes::Writer;
@@ -100,7 +99,7 @@ pub async fn run(ctx: &Ctx, args: &ResetArgs) -> Result<()> {
         .then(|| batch_reset_patch(&nw.status.clone().unwrap_or_default(), true))
         .flatten();
     if with_state.is_empty() && status_patch.is_none() {
-        return print(ctx.format(), &writer.finish()?);
+        return writer.print(ctx.format());
     }
     if !ctx.dry_run() {
         confirm(
@@ -122,7 +121,7 @@ pub async fn run(ctx: &Ctx, args: &ResetArgs) -> Result<()> {
             )
             .await?;
     }
-    print(ctx.format(), &writer.finish()?)
+    writer.print(ctx.format())
 }
 
 /// Runs `deployment-policy reset NAME`.
@@ -147,7 +146,7 @@ pub async fn run_dp(ctx: &Ctx, args: &DpResetArgs) -> Result<()> {
         writer.note(format!(
             "NodeWright {name} has no batch state to reset (no compartment with a strategy has started)"
         ));
-        return print(ctx.format(), &writer.finish()?);
+        return writer.print(ctx.format());
     };
     if !ctx.dry_run() {
         confirm(
@@ -161,5 +160,5 @@ pub async fn run_dp(ctx: &Ctx, args: &DpResetArgs) -> Result<()> {
     writer
         .patch_nodewright_status(name, "reset the batch state of every compartment", patch)
         .await?;
-    print(ctx.format(), &writer.finish()?)
+    writer.print(ctx.format())
 }

@@ -378,7 +378,6 @@ fn job_pods<'a>(pods: &'a [Pod], job: &Job) -> Vec<&'a Pod> {
 }
 
 /// Explains one package on one node.
-#[allow(clippy::too_many_arguments)]
 fn package_why(
     nw: &NodeWright,
     node: &Node,
