@@ -9,6 +9,10 @@
 //! assuming every stage it starts succeeds, to tell which batch each node falls in, in which order
 //! nodes start, which stages run on each and which nodes are cordoned, drained or rebooted. A
 //! stage that timed out stays timed out (the preview never invents an outcome other than success).
+//! The pass's writing pre-steps are not simulated: the runtime-required taint on new nodes
+//! (`autoTaintNewNodes`), the reset of rebooted nodes (`REAPPLY_ON_REBOOT`) and the replacement of
+//! unfinished Jobs whose package changed; a previewed node waiting for an earlier NodeWright stays
+//! waiting (the other NodeWright's own rollout is not simulated).
 //!
 //! The rest of this module re-exports the pure pieces the command line reads and writes node state
 //! with (node edits and their guarded patches, the reset edit, cordon ownership, Job reading), so
