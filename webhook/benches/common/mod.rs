@@ -1,6 +1,7 @@
 //! The AdmissionReview bodies the benchmarks and the load run send, built in the shape the
-//! kube-apiserver sends them. Shared by `benches/admission.rs` and `benches/admission_callgrind.rs`,
-//! so both measure the same objects.
+//! kube-apiserver sends them. Shared by `benches/admission.rs`, `benches/admission_callgrind.rs` and
+//! `examples/loadgen.rs` (`--write-bodies`, for `tests/bench/webhook-load.sh`), so every
+//! measurement admits the same objects.
 
 // Each user needs a different subset.
 #![allow(dead_code)]
