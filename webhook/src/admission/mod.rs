@@ -10,6 +10,7 @@
 //! straight to bytes ([`encode`]).
 
 mod decode;
+mod encode;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
@@ -107,16 +108,9 @@ pub struct Answer {
 
 impl Answer {
     /// The response body. kube serialises `response.patch` (a `Vec<u8>`) as an array of numbers;
-    /// the AdmissionReview API defines it as base64 (Go's `[]byte`), so it is encoded here.
+    /// the AdmissionReview API defines it as base64 (Go's `[]byte`), so it is encoded as base64.
     pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
-        use base64::Engine;
-        let mut value = serde_json::to_value(&self.review)?;
-        let patch = self.review.response.as_ref().and_then(|r| r.patch.as_ref());
-        if let (Some(patch), Some(slot)) = (patch, value.pointer_mut("/response/patch")) {
-            *slot =
-                serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
-        }
-        serde_json::to_vec(&value)
+        encode::review(&self.review)
     }
 }
 
