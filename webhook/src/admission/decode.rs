@@ -188,61 +188,110 @@ const MAX_DIGITS: usize = 300;
 /// surrogates in `\u` escapes. This checks the whole body for those, conservatively: any exponent
 /// and any `\uD8..`-`\uDF..` escape (even a valid surrogate pair) make it false, so such a body
 /// takes the exact path, which decides.
+///
+/// The syntax is known to be valid, so quotes and backslashes alone say where strings are; only
+/// the few bytes between strings are looked at one by one.
 fn strict_as_value(body: &[u8]) -> bool {
-    if std::str::from_utf8(body).is_err() {
+    if !body.is_ascii() && std::str::from_utf8(body).is_err() {
         return false;
     }
-    let mut depth = 0usize;
-    let mut digits = 0usize;
-    let mut i = 0;
-    while let Some(&b) = body.get(i) {
-        match b {
-            b'"' => {
-                digits = 0;
-                // The syntax is known to be valid: a string ends at the first unescaped quote.
-                i += 1;
-                loop {
-                    let Some(offset) = memchr::memchr2(b'"', b'\\', &body[i..]) else {
-                        return false;
-                    };
-                    i += offset;
-                    if body[i] == b'"' {
-                        break;
-                    }
-                    // `\uD800`..`\uDFFF` (either case): a surrogate.
-                    if body.get(i + 1) == Some(&b'u')
-                        && matches!(body.get(i + 2), Some(b'd' | b'D'))
-                        && matches!(
-                            body.get(i + 3),
-                            Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
-                        )
-                    {
-                        return false;
-                    }
-                    i += 2;
-                }
-            }
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return false;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b'0'..=b'9' => {
-                digits += 1;
-                if digits > MAX_DIGITS {
-                    return false;
-                }
-            }
-            // Outside strings, an `e` after a digit or a `.` is an exponent (`true`/`false` have
-            // theirs after a letter).
-            b'e' | b'E' if i > 0 && matches!(body[i - 1], b'0'..=b'9' | b'.') => return false,
-            _ => digits = 0,
+    let mut outside = Outside::default();
+    // Start of the bytes between strings.
+    let mut from = 0;
+    while let Some(offset) = body[from..].iter().position(|&b| b == b'"') {
+        // Outside strings a valid body has no backslash: this quote opens a string.
+        if !outside.check(&body[from..from + offset]) {
+            return false;
         }
-        i += 1;
+        match string_end(body, from + offset + 1) {
+            Some(end) => from = end + 1,
+            None => return false,
+        }
     }
-    true
+    outside.check(&body[from..])
+}
+
+/// The index of the quote that ends the string whose contents start at `i`; `None` when the
+/// string has a `\uD800`..`\uDFFF` escape (either case) or does not end. Contents are skipped
+/// eight bytes at a time.
+fn string_end(body: &[u8], mut i: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Non-zero exactly when a byte of `v` is zero; its lowest set bit is in the first such byte.
+    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    loop {
+        // The next quote or backslash.
+        let mut at = None;
+        while let Some(chunk) = body.get(i..i + 8) {
+            let word = u64::from_le_bytes(<[u8; 8]>::try_from(chunk).ok()?);
+            let hits = zero_byte(word ^ (ONES * u64::from(b'"')))
+                | zero_byte(word ^ (ONES * u64::from(b'\\')));
+            if hits != 0 {
+                at = Some(i + (hits.trailing_zeros() / 8) as usize);
+                break;
+            }
+            i += 8;
+        }
+        let at = match at {
+            Some(at) => at,
+            None => {
+                i + body
+                    .get(i..)?
+                    .iter()
+                    .position(|&b| b == b'"' || b == b'\\')?
+            }
+        };
+        if body[at] == b'"' {
+            return Some(at);
+        }
+        if body.get(at + 1) == Some(&b'u')
+            && matches!(body.get(at + 2), Some(b'd' | b'D'))
+            && matches!(
+                body.get(at + 3),
+                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+            )
+        {
+            return None;
+        }
+        i = at + 2;
+    }
+}
+
+/// The structure between strings: nesting depth so far.
+#[derive(Default)]
+struct Outside {
+    depth: usize,
+}
+
+impl Outside {
+    /// Checks one run of bytes between strings (numbers never span a string).
+    fn check(&mut self, bytes: &[u8]) -> bool {
+        let mut digits = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'[' | b'{' => {
+                    self.depth += 1;
+                    if self.depth > MAX_DEPTH {
+                        return false;
+                    }
+                }
+                b']' | b'}' => self.depth = self.depth.saturating_sub(1),
+                b'0'..=b'9' => {
+                    digits += 1;
+                    if digits > MAX_DIGITS {
+                        return false;
+                    }
+                    continue;
+                }
+                // An `e` after a digit or a `.` is an exponent (`true`/`false` have theirs after
+                // a letter).
+                b'e' | b'E' if i > 0 && matches!(bytes[i - 1], b'0'..=b'9' | b'.') => return false,
+                _ => {}
+            }
+            digits = 0;
+        }
+        true
+    }
 }
 
 #[cfg(test)]
