@@ -9,6 +9,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::LazyLock;
 
 /// An exact quantity: `(-1)^negative × digits × 10^exp`, digits most significant first, without
 /// leading or trailing zeros. Zero has no digits.
@@ -81,9 +82,9 @@ impl Amount {
         amount.normalize();
         amount.round_up_to_nano();
         if matches!(scale, Scale::Binary(_))
-            && amount.magnitude_cmp(&max_int64()) == Ordering::Greater
+            && amount.magnitude_cmp(&MAX_INT64) == Ordering::Greater
         {
-            amount.digits = max_int64().digits;
+            amount.digits = MAX_INT64.digits.clone();
             amount.exp = 0;
         }
         Ok(amount)
@@ -195,7 +196,9 @@ impl fmt::Display for Amount {
     }
 }
 
-/// 2^63-1, the cap of binary-suffixed quantities.
+/// 2^63-1, the cap of binary-suffixed quantities (every `Mi`/`Gi` value is compared with it).
+static MAX_INT64: LazyLock<Amount> = LazyLock::new(max_int64);
+
 fn max_int64() -> Amount {
     let mut a = Amount {
         negative: false,
