@@ -3,46 +3,18 @@
 //! The wire form is what serialising kube's `AdmissionReview` through a `serde_json::Value` gives
 //! (keys in alphabetical order, since `Value` maps are sorted) with `response.patch` as base64, the
 //! AdmissionReview API's encoding of Go's `[]byte`. Every answer this webhook builds is written
-//! straight in that form; anything else (a request echoed back, status details) goes the general
-//! way, so the bytes never depend on which path wrote them.
+//! straight in that form, field by field; anything else (a request echoed back, status details)
+//! goes the general way, so the bytes never depend on which path wrote them.
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use base64::display::Base64Display;
 use base64::engine::general_purpose::STANDARD;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use kube::core::response::StatusSummary;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use serde_json::Value;
-
-/// `AdmissionReview`, keys sorted.
-#[derive(Serialize)]
-struct WireReview<'a> {
-    #[serde(rename = "apiVersion")]
-    api_version: &'a str,
-    kind: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    response: Option<WireResponse<'a>>,
-}
-
-/// `AdmissionResponse`, keys sorted.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WireResponse<'a> {
-    allowed: bool,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    audit_annotations: BTreeMap<&'a str, &'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<Base64<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    status: WireStatus<'a>,
-    uid: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    warnings: Option<&'a [String]>,
-}
 
 /// `Status` without `details` and `metadata` (answers never carry them), keys sorted.
 #[derive(Serialize)]
@@ -61,75 +33,76 @@ fn is_zero(code: &u16) -> bool {
     *code == 0
 }
 
-/// Bytes as a base64 JSON string, written without an intermediate `String`.
-struct Base64<'a>(&'a [u8]);
-
-impl Serialize for Base64<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&Base64Display::new(self.0, &STANDARD))
-    }
-}
-
 /// The response body for `review`.
 pub(super) fn review(
     review: &AdmissionReview<DynamicObject>,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    match wire(review) {
-        Some(wire) => {
-            let mut out = Vec::with_capacity(256 + wire_patch_len(review));
-            serde_json::to_writer(&mut out, &wire)?;
-            Ok(out)
-        }
-        None => general(review),
+    let unusual = review.request.is_some()
+        || review
+            .response
+            .as_ref()
+            .is_some_and(|r| r.result.details.is_some() || r.result.metadata.is_some());
+    if unusual {
+        return general(review);
     }
+    let patch = review.response.as_ref().and_then(|r| r.patch.as_deref());
+    let mut out = Vec::with_capacity(256 + patch.map_or(0, |p| p.len().div_ceil(3) * 4));
+    out.extend_from_slice(br#"{"apiVersion":"#);
+    serde_json::to_writer(&mut out, &review.types.api_version)?;
+    out.extend_from_slice(br#","kind":"#);
+    serde_json::to_writer(&mut out, &review.types.kind)?;
+    if let Some(r) = &review.response {
+        write_response(&mut out, r)?;
+    }
+    out.push(b'}');
+    Ok(out)
 }
 
-fn wire_patch_len(review: &AdmissionReview<DynamicObject>) -> usize {
-    let patch = review.response.as_ref().and_then(|r| r.patch.as_ref());
-    patch.map_or(0, |p| p.len().div_ceil(3) * 4)
-}
-
-/// The sorted form of `review`, when it has the shape of the webhook's answers.
-fn wire(review: &AdmissionReview<DynamicObject>) -> Option<WireReview<'_>> {
-    if review.request.is_some() {
-        return None;
-    }
-    let response = match &review.response {
-        Some(r) => Some(wire_response(r)?),
-        None => None,
-    };
-    Some(WireReview {
-        api_version: &review.types.api_version,
-        kind: &review.types.kind,
-        response,
-    })
-}
-
-fn wire_response(r: &AdmissionResponse) -> Option<WireResponse<'_>> {
-    let status = &r.result;
-    if status.details.is_some() || status.metadata.is_some() {
-        return None;
-    }
-    Some(WireResponse {
-        allowed: r.allowed,
-        audit_annotations: r
+/// `,"response":{...}`, keys sorted.
+fn write_response(out: &mut Vec<u8>, r: &AdmissionResponse) -> Result<(), serde_json::Error> {
+    out.extend_from_slice(br#","response":{"allowed":"#);
+    out.extend_from_slice(if r.allowed { b"true" } else { b"false" });
+    if !r.audit_annotations.is_empty() {
+        let sorted: BTreeMap<&str, &str> = r
             .audit_annotations
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect(),
-        patch: r.patch.as_deref().map(Base64),
+            .collect();
+        out.extend_from_slice(br#","auditAnnotations":"#);
+        serde_json::to_writer(&mut *out, &sorted)?;
+    }
+    if let Some(patch) = &r.patch {
+        // Base64 needs no JSON escaping: written straight into the body.
+        out.extend_from_slice(br#","patch":""#);
+        let start = out.len();
+        out.resize(start + patch.len().div_ceil(3) * 4, 0);
+        let written = STANDARD
+            .encode_slice(patch, &mut out[start..])
+            .map_err(serde::ser::Error::custom)?;
+        out.truncate(start + written);
         // `patchType` is private to kube and set exactly when a patch is (`with_patch`, the only
         // way this webhook sets one).
-        patch_type: r.patch.as_ref().map(|_| "JSONPatch"),
-        status: WireStatus {
+        out.extend_from_slice(br#"","patchType":"JSONPatch""#);
+    }
+    let status = &r.result;
+    out.extend_from_slice(br#","status":"#);
+    serde_json::to_writer(
+        &mut *out,
+        &WireStatus {
             code: status.code,
             message: &status.message,
             reason: &status.reason,
             status: status.status.as_ref(),
         },
-        uid: &r.uid,
-        warnings: r.warnings.as_deref(),
-    })
+    )?;
+    out.extend_from_slice(br#","uid":"#);
+    serde_json::to_writer(&mut *out, &r.uid)?;
+    if let Some(warnings) = &r.warnings {
+        out.extend_from_slice(br#","warnings":"#);
+        serde_json::to_writer(&mut *out, warnings)?;
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// Through a `Value`, with the patch bytes replaced by their base64.

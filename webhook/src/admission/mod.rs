@@ -11,9 +11,9 @@
 
 mod decode;
 mod encode;
+mod patch;
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation};
+use json_patch::Patch;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, Resource};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
@@ -304,23 +304,17 @@ fn mutate<T: Resource, K: Admitted>(
     if filled.is_empty() {
         return (AdmissionResponse::from(request), Outcome::Allowed);
     }
-    let mut ops = Vec::with_capacity(filled.len());
-    for f in filled {
-        match PointerBuf::parse(f.pointer) {
-            Ok(path) => ops.push(PatchOperation::Add(AddOperation {
-                path,
-                value: f.value,
-            })),
-            Err(e) => {
-                return deny(
-                    request,
-                    format!("internal error building the defaults patch: {e}"),
-                );
-            }
+    let bytes = match patch::add_operations(&filled) {
+        Ok(bytes) => bytes,
+        Err(e) => return deny(request, e.to_string()),
+    };
+    // `with_patch` is the only way to set kube's private `patchType`; the operations are already
+    // bytes, so it gets an empty patch and the bytes replace it.
+    match AdmissionResponse::from(request).with_patch(Patch(Vec::new())) {
+        Ok(mut response) => {
+            response.patch = Some(bytes);
+            (response, Outcome::Patched)
         }
-    }
-    match AdmissionResponse::from(request).with_patch(Patch(ops)) {
-        Ok(r) => (r, Outcome::Patched),
         Err(e) => deny(
             request,
             format!("internal error encoding the defaults patch: {e}"),
