@@ -101,7 +101,8 @@ fn check_version(key: &str, version: &str, path: &Path<'_>, f: &mut Findings) {
         );
         return;
     }
-    if let Err(e) = semver::parse(&semver_text(version)) {
+    // `semver::parse(&semver_text(version))`, without building the v-prefixed text.
+    if let Err(e) = semver::parse_after_v(version.strip_prefix('v').unwrap_or(version)) {
         f.error(
             path,
             format!(
