@@ -5,11 +5,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use tokio_util::sync::CancellationToken;
 
+use crate::jobs::stored::{StoredJob, StoredPod};
 use crate::runtime::config::OperatorConfig;
 
 /// A last edit applied to every Job just before it is created. For tests on the local control plane,
@@ -50,12 +51,12 @@ pub struct Context {
     pub config: Arc<OperatorConfig>,
     /// Every node, trimmed of what the operator never reads.
     pub nodes: Store<Node>,
-    /// The operator's own pods (its namespace, labelled with a NodeWright name), fed by the outcome
-    /// controller's pod watch. Read for running Jobs, so a pod event costs no API call; a finished
-    /// Job's pods are listed live once, because its outcome must not be classified from a store
-    /// that may not have seen the last pod update yet. Trimmed to metadata, status and `nodeName`
-    /// ([`crate::runtime::cache_trim::pod`]).
-    pub pods: Store<Pod>,
+    /// The genuinely failed attempts among the operator's pods (its namespace, labelled with a
+    /// NodeWright name), fed by the outcome controller's pod watch ([`crate::runtime::pod_feed`]):
+    /// what the live path counts for a running Job, at no API call per pod event. A finished Job's
+    /// pods are listed live once, because its outcome must not be classified from a store that
+    /// may not have seen the last pod update yet.
+    pub pods: Store<StoredPod>,
     /// The NodeWrights this operator reconciles: the rollout controller's store (it delays every
     /// reconcile until the store has listed). Read for the ordering between NodeWrights and the
     /// runtime-required taint, instead of a LIST on every pass.
@@ -63,7 +64,7 @@ pub struct Context {
     /// The operator's own Jobs, fed by the rollout controller's Job watch (so an event that triggers
     /// a rollout pass is already in the store that pass reads) and trimmed of managed fields. It
     /// replaces a LIST of a NodeWright's Jobs on every pass; see [`Context::jobs_synced`].
-    pub jobs: Store<Job>,
+    pub jobs: Store<StoredJob>,
     /// True once the Job store has listed: before that an empty store would read as "no Job yet",
     /// and a pass would start stages that already ran.
     pub jobs_synced: tokio::sync::watch::Receiver<bool>,

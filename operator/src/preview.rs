@@ -34,8 +34,9 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde::Serialize;
 
 use crate::jobs::read::JobIndex;
+use crate::jobs::stored::StoredJob;
 use crate::jobs::{PackageAnnotation, RuntimeTaint};
-use crate::outcomes::{Record, apply_record};
+use crate::node::record::{Record, apply_record};
 use crate::rollout::pass::{self, PassDecision, PassInput};
 use crate::rollout::plan::{Creation, plan};
 use crate::rollout::selection;
@@ -296,7 +297,11 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
     let selection = NodeSelection::of(&nw)?;
     let every_node: Vec<Arc<Node>> = snapshot.nodes.iter().cloned().map(Arc::new).collect();
     let mut nodes = selected_nodes(&selection, &every_node);
-    let every_job: Vec<Arc<Job>> = snapshot.jobs.iter().cloned().map(Arc::new).collect();
+    let every_job: Vec<Arc<StoredJob>> = snapshot
+        .jobs
+        .iter()
+        .map(|j| Arc::new(StoredJob::of(j)))
+        .collect();
     let jobs = own_jobs(&name, &every_job);
 
     let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
@@ -358,8 +363,8 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
 
     // The pass as it would run now: statuses and what holds each node back.
     let old_status = nw.status.clone().unwrap_or_default();
-    let now_input = world.input(&nw, &old_status, &nodes, paused, disabled, 0);
-    let now = pass::decide(&now_input, &parts.compartments);
+    let (now_status, now) = world.decide(&nw, old_status, &nodes, paused, disabled, 0);
+    let now_input = world.input(&nw, &now_status, &nodes, paused, disabled, 0);
     // Then pass after pass, as if resumed and enabled, every stage succeeding.
     let sim = world.simulate(&nodes);
 
@@ -470,7 +475,7 @@ struct World<'a> {
     name: &'a str,
     parts: &'a PassParts<'a>,
     jobs: &'a JobIndex,
-    every_job: &'a [Arc<Job>],
+    every_job: &'a [Arc<StoredJob>],
     every_node: &'a [Arc<Node>],
     all_nodewrights: &'a [NodeWright],
     missing_policy: bool,
@@ -478,7 +483,7 @@ struct World<'a> {
     now: Timestamp,
 }
 
-impl World<'_> {
+impl<'a> World<'a> {
     /// The input of pass number `pass` over `nodes`, the NodeWright carrying `old` as its status.
     fn input<'i>(
         &'i self,
@@ -509,6 +514,39 @@ impl World<'_> {
         }
     }
 
+    /// Decides pass number `pass` as a rollout pass does: when its batch evaluation changed a
+    /// batch state, that state is persisted first and the pass decided again from it
+    /// ([`pass::batch_states_to_persist`]). Returns the status the pass went on from, and its
+    /// decision.
+    fn decide(
+        &self,
+        nw: &NodeWright,
+        old: NodeWrightStatus,
+        nodes: &[Arc<Node>],
+        paused: bool,
+        disabled: bool,
+        pass: usize,
+    ) -> (NodeWrightStatus, PassDecision<'a>) {
+        let compartments: &'a [crate::rollout::compartments::Compartment] =
+            &self.parts.compartments;
+        let (first, persisted) = {
+            let input = self.input(nw, &old, nodes, paused, disabled, pass);
+            let first = pass::decide(&input, compartments);
+            let persisted = pass::batch_states_to_persist(&input, &first);
+            (first, persisted)
+        };
+        match persisted {
+            None => (old, first),
+            Some(status) => {
+                let decision = {
+                    let input = self.input(nw, &status, nodes, paused, disabled, pass);
+                    pass::decide(&input, compartments)
+                };
+                (status, decision)
+            }
+        }
+    }
+
     /// Runs passes until nothing changes any more: each admits what the budget and batches allow,
     /// the admitted nodes run every stage to its end, and the status the pass writes is the next
     /// pass's.
@@ -524,8 +562,9 @@ impl World<'_> {
         let mut waves: BTreeMap<String, i32> = BTreeMap::new();
         for pass_number in 0..passes {
             nw.status = Some(status.clone());
-            let input = self.input(&nw, &status, &nodes, false, false, pass_number);
-            let decision = pass::decide(&input, &self.parts.compartments);
+            let (used, decision) =
+                self.decide(&nw, status.clone(), &nodes, false, false, pass_number);
+            let input = self.input(&nw, &used, &nodes, false, false, pass_number);
             let admitted = self.record_admissions(&mut sim, &decision, &mut waves, pass_number);
             let mut ran: BTreeSet<String> = BTreeSet::new();
             let mut results = BTreeMap::new();
@@ -636,16 +675,16 @@ impl World<'_> {
     /// Runs the stage machine on one node until it has nothing more to start, every stage it
     /// starts (and every Job running now) succeeding, as the outcome path records it.
     fn run_node(&self, nw: &NodeWright, node: &str, state: NodeState) -> NodeRun {
-        let fleet: Vec<Arc<Job>> = self
+        let fleet: Vec<Arc<StoredJob>> = self
             .every_job
             .iter()
             .filter(|j| node_of(j) == Some(node))
             .cloned()
             .collect();
         let label = crate::naming::label_value(self.name);
-        let own: Vec<Arc<Job>> = fleet
+        let own: Vec<Arc<StoredJob>> = fleet
             .iter()
-            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label))
+            .filter(|j| j.nodewright.as_ref() == Some(&label))
             .cloned()
             .collect();
         let mut gone: BTreeSet<String> = BTreeSet::new();
@@ -660,7 +699,7 @@ impl World<'_> {
             .saturating_mul(STEPS_PER_PACKAGE)
             .saturating_add(STEPS_PER_PACKAGE);
         for _ in 0..steps {
-            let kept = |jobs: &[Arc<Job>]| -> Vec<Arc<Job>> {
+            let kept = |jobs: &[Arc<StoredJob>]| -> Vec<Arc<StoredJob>> {
                 jobs.iter()
                     .filter(|j| j.metadata.name.as_ref().is_none_or(|n| !gone.contains(n)))
                     .cloned()
@@ -1038,14 +1077,9 @@ mod tests {
         assert_eq!(n3.name, "n3");
         assert_eq!((n3.order, n3.batch), (Some(0), Some(1)));
         assert!(n3.drain && n3.reboot && n3.completes, "{n3:#?}");
-        // A new NodeWright's first pass records batch 1; the next one starts it.
-        assert_eq!(
-            n3.blockers,
-            [Blocker::Batch {
-                compartment: "__default__".into(),
-                batch: 1
-            }]
-        );
+        // A new NodeWright's first pass records batch 1 and starts it at once.
+        assert!(n3.blockers.is_empty(), "{n3:#?}");
+        assert_eq!(n3.status, Status::InProgress);
         let steps: Vec<(String, Stage)> = n3
             .steps
             .iter()

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef};
@@ -18,12 +17,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::context::{Context, RunOptions};
+use crate::jobs::stored::{StoredJob, StoredPod};
 use crate::metrics::LeaderMetrics;
 use crate::metrics::state::StateMetrics;
 use crate::runtime::config::OperatorConfig;
 use crate::runtime::job_feed::job_feed;
 use crate::runtime::leader::{Elector, LeaderError, LeaderHandle};
-use crate::runtime::{cache_trim, nodes};
+use crate::runtime::nodes;
 use crate::{outcomes, rollout};
 
 /// Why the operator could not run.
@@ -126,9 +126,9 @@ pub async fn run_instrumented(
             break;
         }
         info!("leading: starting the reconcilers");
-        let (pod_store, pod_writer) = reflector::store::<Pod>();
+        let (pod_store, pod_writer) = reflector::store::<StoredPod>();
         let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
-        let (job_store, job_writer) = reflector::store::<Job>();
+        let (job_store, job_writer) = reflector::store::<StoredJob>();
         let (jobs_synced_tx, jobs_synced) = watch::channel(false);
         let (policy_store, policy_writer) = reflector::store::<DeploymentPolicy>();
         let policies_synced = synced_flag(policy_store.clone(), || {});
@@ -238,8 +238,8 @@ fn node_events(
 /// The writers of the stores in [`Context`] that one term's watches feed.
 struct Writers {
     nodewrights: reflector::store::Writer<NodeWright>,
-    pods: reflector::store::Writer<Pod>,
-    jobs: reflector::store::Writer<Job>,
+    pods: reflector::store::Writer<StoredPod>,
+    jobs: reflector::store::Writer<StoredJob>,
     /// Turned true by the Job watch once the Job store has listed.
     jobs_synced: watch::Sender<bool>,
     policies: reflector::store::Writer<DeploymentPolicy>,
@@ -264,7 +264,7 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     if let Some(selector) = &ctx.options.nodewright_selector {
         nodewrights = nodewrights.labels(selector);
     }
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
+    let jobs: Api<StoredJob> = Api::namespaced(client.clone(), &namespace);
 
     // One Job watch for both controllers: it feeds the store their passes read (events reach the
     // store before they trigger a pass) and triggers both.
@@ -298,14 +298,8 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
     // owner with the Job's namespace and never find it.)
     let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
-        .watches_stream(feed.rollout, |job: Job| {
-            job.metadata
-                .owner_references
-                .into_iter()
-                .flatten()
-                .filter(|o| o.kind == "NodeWright")
-                .map(|o| ObjectRef::<NodeWright>::new(&o.name))
-                .collect::<Vec<_>>()
+        .watches_stream(feed.rollout, |job: StoredJob| {
+            job.owner.map(|owner| ObjectRef::<NodeWright>::new(&owner))
         })
         .watches_stream(policy_events, move |policy: DeploymentPolicy| {
             naming_policy(&nodewright_store.state(), &policy.name_any())
@@ -325,17 +319,20 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             }
         });
 
-    // The pod watch feeds both the outcome controller (pod events map to their Job) and the pod
-    // store the reconciler reads for running Jobs (trimmed, see cache_trim).
-    let pods = reflector(
+    // The pod watch feeds both the outcome controller (pod events map to their Job) and the store of
+    // genuinely failed attempts the reconciler reads for running Jobs.
+    let pods = crate::runtime::pod_feed::pod_feed(
+        Api::<StoredPod>::namespaced(client, &namespace),
+        owned.clone(),
         writers.pods,
-        watcher(Api::<Pod>::namespaced(client, &namespace), owned.clone())
-            .default_backoff()
-            .modify(cache_trim::pod),
-    )
-    .applied_objects();
+    );
+    // A pod maps to its Job by its controller owner reference (kept as `StoredPod::job`).
     let outcomes = Controller::for_shared_stream(feed.outcomes, ctx.jobs.clone())
-        .owns_stream(pods)
+        .watches_stream(pods, move |pod: StoredPod| {
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            pod.job
+                .map(|job| ObjectRef::<StoredJob>::new(&job).within(&namespace))
+        })
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
         .run(outcomes::reconcile, outcomes::error_policy, ctx.clone())
         .for_each(|result| async move {

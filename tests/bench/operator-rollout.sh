@@ -1,73 +1,194 @@
 #!/usr/bin/env bash
-# Many-node run of the operator (a measurement, not a test): starts a local control plane with N kwok
-# nodes (default 100), the release-built operator binary, applies a NodeWright of 3 packages (one
-# depending on the other two) to every node, and reports the wall time to `complete`, the operator's
-# peak RSS and CPU seconds, its API requests by verb (its own client counter), and the apiserver's
-# request counts by verb over the run (every client: the operator plus the Job controller and kwok
-# doing what the operator's Jobs cause).
+# Many-node run of the operator against its floor (a measurement, not a test).
+#
+# 1. Operator: a local control plane with N kwok nodes (default 100), the release-built operator,
+#    a NodeWright of 3 packages (gamma depends on alpha and beta: 6 stage Jobs per node) applied to
+#    every node; traced by `nodewright-bench rollout` until the NodeWright is `complete`.
+# 2. Floor: a fresh cluster of the same size, no operator; `nodewright-bench floor` creates the same
+#    Jobs (the operator's own builders and defaults), each node's first Jobs at once and every next
+#    Job of the chain the moment its predecessors complete.
+#
+# Prints, for both: wall time (and the operator's as a ratio to the floor), the mean gaps of the
+# stage chain (Job created -> pod created -> pod done -> Job Complete -> outcome recorded -> next
+# Job created), the apiserver's requests by verb and resource over the run (every client: the
+# operator or the floor driver, plus the Job controller and kwok doing what the Jobs cause, plus
+# the trace's own watches), and for the operator: its own API requests by verb and resource, its
+# writes per node-stage, peak RSS and CPU.
+#
 # Usage: tests/bench/operator-rollout.sh [NODES]
+# Environment: BENCH_BUDGET=N adds a DeploymentPolicy whose budget keeps at most N nodes in
+#   progress (for fleets where every node at once is more than the apiserver can take);
+#   BENCH_SKIP_FLOOR=1 skips the floor; BENCH_HEAPTRACK=1 runs the operator under heaptrack (its
+#   file is kept and named); BENCH_KEEP=DIR keeps reports and logs in DIR.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 nodes="${1:-100}"
-name="nw-rollout-$$"
-work="$(mktemp -d)"
+budget="${BENCH_BUDGET:-}"
+[[ "${BENCH_HEAPTRACK:-0}" == 1 && -z "${BENCH_KEEP:-}" ]] && BENCH_KEEP="$(mktemp -d)"
+work="${BENCH_KEEP:-$(mktemp -d)}"
+mkdir -p "${work}"
+name=""
 pid=""
-cleanup() { set +e; [[ -n "${pid}" ]] && kill "${pid}" 2>/dev/null; tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1; rm -rf "${work}"; }
+cleanup() {
+  set +e
+  [[ -n "${pid}" ]] && kill "${pid}" 2>/dev/null && wait "${pid}" 2>/dev/null
+  [[ -n "${name}" ]] && tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1
+  [[ -z "${BENCH_KEEP:-}" ]] && rm -rf "${work}"
+}
 trap cleanup EXIT INT TERM
 
-cargo build --quiet --release -p nodewright-operator --bin nodewright-operator
+cargo build --quiet --release -p nodewright-operator --bin nodewright-operator -p nodewright-bench --bin nodewright-bench
 target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release"
-eval "$(tests/controlplane/up.sh --name "${name}" --nodes "${nodes}" --timeout 900)"
-kubectl create namespace nodewright >/dev/null
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-NAMESPACE=nodewright POD_NAME=bench LOG_FORMAT=text LOG_LEVEL=warn \
-  METRICS_LISTEN="127.0.0.1:${port}" PROBE_LISTEN="127.0.0.1:${port}" \
-  "${target}/nodewright-operator" >"${work}/operator.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 300); do curl -fsS "http://127.0.0.1:${port}/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 
-apiserver_by_verb() {
+{
+  if [[ -n "${budget}" ]]; then
+    cat <<YAML
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: DeploymentPolicy
+metadata: {name: bench}
+spec:
+  default: {budget: {count: ${budget}}}
+---
+YAML
+  fi
+  cat <<YAML
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata: {name: bench}
+spec:
+  nodeSelectors: {matchLabels: {type: kwok}}
+YAML
+  [[ -n "${budget}" ]] && echo "  deploymentPolicy: bench"
+  cat <<YAML
+  packages:
+    alpha: {version: 1.0.0, image: ghcr.io/example/alpha, stageTimeout: 10m}
+    beta: {version: 1.0.0, image: ghcr.io/example/beta, stageTimeout: 10m}
+    gamma: {version: 1.0.0, image: ghcr.io/example/gamma, stageTimeout: 10m, dependsOn: {alpha: 1.0.0, beta: 1.0.0}}
+YAML
+} >"${work}/all.yaml"
+# The NodeWright alone (the bench tool creates it, and times from that moment).
+python3 - "${work}/all.yaml" "${work}/nw.yaml" "${work}/policy.yaml" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+open(sys.argv[2], "w").write(docs[-1])
+open(sys.argv[3], "w").write(docs[0] if len(docs) > 1 else "")
+PY
+
+# apiserver_request_total as "verb resource[/subresource] count" lines.
+apiserver_requests() {
   kubectl get --raw /metrics | python3 -c '
 import re, sys, collections
 c = collections.Counter()
 for line in sys.stdin:
     m = re.match(r"apiserver_request_total\{(.*)\} (\S+)", line)
     if m:
-        labels = dict(re.findall(r"(\w+)=\"([^\"]*)\"", m.group(1)))
-        c[labels.get("verb", "?")] += float(m.group(2))
-print(" ".join(f"{k}={int(v)}" for k, v in sorted(c.items())))'
+        l = dict(re.findall(r"(\w+)=\"([^\"]*)\"", m.group(1)))
+        r = l.get("resource", "") + ("/" + l["subresource"] if l.get("subresource") else "")
+        c[(l.get("verb", "?"), r or "-")] += float(m.group(2))
+for (v, r), n in sorted(c.items()):
+    print(v, r, int(n))'
 }
-before="$(apiserver_by_verb)"
-cat >"${work}/nw.yaml" <<YAML
-apiVersion: nodewright.nvidia.com/v1alpha1
-kind: NodeWright
-metadata: {name: bench}
-spec:
-  nodeSelectors: {matchLabels: {type: kwok}}
-  packages:
-    alpha: {version: 1.0.0, image: ghcr.io/example/alpha, stageTimeout: 10m}
-    beta: {version: 1.0.0, image: ghcr.io/example/beta, stageTimeout: 10m}
-    gamma: {version: 1.0.0, image: ghcr.io/example/gamma, stageTimeout: 10m, dependsOn: {alpha: 1.0.0, beta: 1.0.0}}
-YAML
-idle_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${pid}/status")"
-read -r cpu0 < <(awk '{print $14+$15}' "/proc/${pid}/stat")
-t0=$(date +%s.%N)
-kubectl apply -f "${work}/nw.yaml" >/dev/null
-until [[ "$(kubectl get nw bench -o jsonpath='{.status.status}')" == "complete" ]]; do
-  if ! kill -0 "${pid}" 2>/dev/null; then tail -n 40 "${work}/operator.log"; echo "operator exited" >&2; exit 1; fi
-  sleep 1
-done
-t1=$(date +%s.%N)
-read -r cpu1 < <(awk '{print $14+$15}' "/proc/${pid}/stat")
-after="$(apiserver_by_verb)"
+
+start_cluster() {
+  name="nw-bench-$1-$$"
+  eval "$(tests/controlplane/up.sh --name "${name}" --nodes "${nodes}" --timeout 900)"
+  kubectl create namespace nodewright >/dev/null
+  [[ -s "${work}/policy.yaml" ]] && kubectl apply -f "${work}/policy.yaml" >/dev/null
+  return 0
+}
+stop_cluster() { tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1 || true; name=""; }
+
+# --- 1. the operator -------------------------------------------------------------------------------
+start_cluster op
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+runner=()
+if [[ "${BENCH_HEAPTRACK:-0}" == 1 ]]; then
+  runner=(heaptrack -o "${work}/operator.heaptrack")
+fi
+NAMESPACE=nodewright POD_NAME=bench LOG_FORMAT=text LOG_LEVEL="${BENCH_LOG_LEVEL:-warn}" \
+  METRICS_LISTEN="127.0.0.1:${port}" PROBE_LISTEN="127.0.0.1:${port}" \
+  "${runner[@]}" "${target}/nodewright-operator" >"${work}/operator.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do curl -fsS "http://127.0.0.1:${port}/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+opid="$(pgrep -P "${pid}" -f nodewright-operator || echo "${pid}")"
+apiserver_requests >"${work}/op-before.txt"
+idle_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${opid}/status")"
+read -r cpu0 < <(awk '{print $14+$15}' "/proc/${opid}/stat")
+"${target}/nodewright-bench" rollout --manifest "${work}/nw.yaml" --json "${work}/operator.json"
+read -r cpu1 < <(awk '{print $14+$15}' "/proc/${opid}/stat")
+apiserver_requests >"${work}/op-after.txt"
+peak_rss="$(awk '/VmHWM/{print $2, $3}' "/proc/${opid}/status")"
+end_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${opid}/status")"
+curl -fsS "http://127.0.0.1:${port}/metrics" | grep '^nodewright_operator_api_requests_total' >"${work}/op-own.txt" || true
+jobs_seen="$(kubectl get jobs -n nodewright --no-headers 2>/dev/null | wc -l)"
+kill "${pid}" 2>/dev/null; wait "${pid}" 2>/dev/null || true; pid=""
+stop_cluster
+
+# --- 2. the floor ----------------------------------------------------------------------------------
+if [[ "${BENCH_SKIP_FLOOR:-0}" != 1 ]]; then
+  start_cluster floor
+  apiserver_requests >"${work}/floor-before.txt"
+  "${target}/nodewright-bench" floor --manifest "${work}/nw.yaml" --json "${work}/floor.json"
+  apiserver_requests >"${work}/floor-after.txt"
+  stop_cluster
+fi
+
+# --- report ----------------------------------------------------------------------------------------
 hz=$(getconf CLK_TCK)
-echo "nodes: ${nodes}, packages: 3 (6 stage Jobs per node: apply + config each)"
-echo "jobs created: $(kubectl get jobs -n nodewright --no-headers 2>/dev/null | wc -l) (finished Jobs are deleted after their TTL)"
-python3 -c "print(f'wall time to complete: {${t1}-${t0}:.1f} s')"
-python3 -c "print(f'operator CPU: {(${cpu1}-${cpu0})/${hz}:.2f} s during the rollout')"
-echo "operator RSS before the rollout (caches warm): ${idle_rss}"
-echo "operator peak RSS: $(awk '/VmHWM/{print $2, $3}' "/proc/${pid}/status"), at the end: $(awk '/VmRSS/{print $2, $3}' "/proc/${pid}/status")"
-echo "operator API requests by verb (its client):"
-curl -fsS "http://127.0.0.1:${port}/metrics" | grep '^nodewright_operator_api_requests_total' || echo "  (counter not exported)"
-echo "apiserver requests by verb, all clients, before: ${before}"
-echo "apiserver requests by verb, all clients, after:  ${after}"
+echo
+echo "== ${nodes} kwok nodes x 3 packages (6 stage Jobs per node)${budget:+, budget ${budget} nodes}"
+echo "operator: CPU $(python3 -c "print(f'{(${cpu1}-${cpu0})/${hz}:.2f}')") s during the rollout;" \
+  "RSS idle ${idle_rss}, peak ${peak_rss}, at the end ${end_rss}; Jobs left at the end: ${jobs_seen}"
+python3 - "${work}" "${nodes}" <<'PY'
+import json, os, re, sys
+work, nodes = sys.argv[1], int(sys.argv[2])
+def load(name):
+    p = os.path.join(work, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+def counts(name):
+    p = os.path.join(work, name)
+    out = {}
+    if os.path.exists(p):
+        for line in open(p):
+            v, r, n = line.split()
+            out[(v, r)] = int(n)
+    return out
+def delta(run):
+    b, a = counts(f"{run}-before.txt"), counts(f"{run}-after.txt")
+    return {k: a.get(k, 0) - b.get(k, 0) for k in a if a.get(k, 0) - b.get(k, 0) > 0}
+op, fl = load("operator.json"), load("floor.json")
+print(f"wall time to complete: operator {op['wall_seconds']:.1f} s", end="")
+if fl:
+    print(f", floor {fl['wall_seconds']:.1f} s, ratio {op['wall_seconds'] / fl['wall_seconds']:.2f}")
+else:
+    print()
+print("\nstage chain, mean (p95) ms per node-stage:")
+names = [g["name"] for g in op["gaps"]] + [g["name"] for g in (fl or {}).get("gaps", []) if g["name"] not in [x["name"] for x in op["gaps"]]]
+def cell(report, n):
+    g = next((g for g in (report or {}).get("gaps", []) if g["name"] == n), None)
+    return f"{g['mean_ms']:.0f} ({g['p95_ms']:.0f})" if g else "-"
+print(f"  {'gap':<46} {'operator':>14} {'floor':>14}")
+for n in names:
+    print(f"  {n:<46} {cell(op, n):>14} {cell(fl, n):>14}")
+own = {}
+for line in open(os.path.join(work, "op-own.txt")) if os.path.exists(os.path.join(work, "op-own.txt")) else []:
+    m = re.match(r'nodewright_operator_api_requests_total\{(.*)\} (\S+)', line)
+    if m:
+        l = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        own[(l["verb"], l["resource"])] = int(float(m.group(2)))
+o, f = delta("op"), delta("floor")
+keys = sorted(set(o) | set(f) | set(own))
+print("\napiserver requests over the run, by verb and resource:")
+print(f"  {'verb':<8} {'resource':<28} {'all clients (op)':>17} {'all clients (floor)':>20} {'operator itself':>16}")
+for k in keys:
+    print(f"  {k[0]:<8} {k[1]:<28} {o.get(k, 0):>17} {f.get(k, 0) if fl else '-':>20} {own.get(k, 0):>16}")
+print(f"  {'total':<37} {sum(o.values()):>17} {sum(f.values()) if fl else '-':>20} {sum(own.values()):>16}")
+writes = {k: v for k, v in own.items() if k[0] in ("create", "update", "patch", "delete", "deletecollection")}
+stages = nodes * 6
+print(f"\noperator writes: {sum(writes.values())} for {stages} node-stages = {sum(writes.values()) / stages:.2f} per node-stage")
+print("  " + ", ".join(f"{v} {r} {n}" for (v, r), n in sorted(writes.items())))
+PY
+[[ -n "${BENCH_KEEP:-}" ]] && echo "reports and logs kept in ${work}"
+if [[ "${BENCH_HEAPTRACK:-0}" == 1 ]]; then
+  echo "heaptrack file: $(ls "${work}"/operator.heaptrack* 2>/dev/null)"
+fi

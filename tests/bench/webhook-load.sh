@@ -1,51 +1,105 @@
 #!/usr/bin/env bash
-# Load run of the webhook over real TLS (a measurement, not a test): starts a local control plane
-# (for the webhook's caches), the release-built webhook on 127.0.0.1, and runs the load generator at
-# concurrency 1, 16 and 64 against /validate-nodewright with a 20-package NodeWright, then reports
-# the webhook's peak RSS (VmHWM).
+# Load run of the webhook over real TLS (a measurement, not a test). Starts a local control plane
+# (for the webhook's caches; it holds the DeploymentPolicy the bench NodeWright names), the
+# release-built webhook on 127.0.0.1, and the baseline server (webhook/examples/baseline.rs: the
+# same axum + rustls stack, flags, body limit and timeout layers around an empty handler). At
+# concurrency 1, 16 and 64 the load generator sends the bench bodies (webhook/benches/common: a
+# 20-package NodeWright, a four-compartment DeploymentPolicy) to every admission endpoint, and to
+# the baseline before and after each of them. Prints requests/s, p50 and p99 per endpoint and its
+# throughput as a ratio to the baseline runs around it (the rest of the machine's load drifts;
+# neighbouring runs saw the same), then both servers' peak RSS (VmHWM). The load generator runs on the same machine, so a ratio is the share of the whole
+# request cost (client, TLS, HTTP) that is not the handler.
 # Usage: tests/bench/webhook-load.sh [REQUESTS_PER_RUN]   (default 20000)
+#   LOG_LEVEL (default warn) is the webhook's log filter: `info` adds its per-request log line.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 requests="${1:-20000}"
 name="nw-load-$$"
 work="$(mktemp -d)"
-pid=""
-cleanup() { set +e; [[ -n "${pid}" ]] && kill "${pid}" 2>/dev/null; tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1; rm -rf "${work}"; }
+pids=()
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "${p}" 2>/dev/null; done
+  tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1
+  rm -rf "${work}"
+}
 trap cleanup EXIT INT TERM
 
-cargo build --quiet --release -p nodewright-webhook --bin nodewright-webhook --example loadgen
+cargo build --quiet --release -p nodewright-webhook --bin nodewright-webhook --example loadgen --example baseline
 cargo build --quiet --release -p nodewright-certs
 target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release"
+export PATH="$(tests/controlplane/build.sh | tail -n 1):${PATH}"
 eval "$(tests/controlplane/up.sh --name "${name}" --nodes 1)"
 "${target}/nodewright-certs" generate --dir "${work}" --name 127.0.0.1 >/dev/null
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-RUST_LOG=warn "${target}/nodewright-webhook" --listen "127.0.0.1:${port}" --metrics-listen 127.0.0.1:0 \
-  --tls-cert-file "${work}/tls.crt" --tls-key-file "${work}/tls.key" --log-level warn >"${work}/webhook.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do curl -fsS --cacert "${work}/ca.crt" "https://127.0.0.1:${port}/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
-python3 - "${work}/body.json" <<'PY'
-import json, sys
-pk = {}
-for i in range(20):
-    p = {"name": f"package-{i}", "version": f"1.{i}.0", "image": f"registry.example.com:5000/team/package-{i}",
-         "stageTimeout": "1h", "configMap": {"config.toml": "key = 1\n" * 20},
-         "configInterrupts": {"config.toml": {"type": "service", "services": ["svc"]}},
-         "resources": {"cpuRequest": "250m", "cpuLimit": "1", "memoryRequest": "256Mi", "memoryLimit": "512Mi"},
-         "interrupt": {"type": "reboot"}}
-    if i: p["dependsOn"] = {f"package-{i-1}": f"1.{i-1}.0"}
-    pk[f"package-{i}"] = p
-obj = {"apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "NodeWright", "metadata": {"name": "load"},
-       "spec": {"nodeSelectors": {"matchLabels": {"pool": "gpu"}}, "packages": pk}}
-rev = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-    "uid": "00000000-0000-4000-8000-000000000001",
-    "kind": {"group": "nodewright.nvidia.com", "version": "v1alpha1", "kind": "NodeWright"},
-    "resource": {"group": "nodewright.nvidia.com", "version": "v1alpha1", "resource": "nodewrights"},
-    "name": "load", "operation": "CREATE", "userInfo": {"username": "admin"}, "object": obj}}
-json.dump(rev, open(sys.argv[1], "w"))
-PY
-echo "body: $(wc -c <"${work}/body.json") bytes (20 packages)"
+"${target}/examples/loadgen" --write-bodies "${work}"
+# The bench NodeWright's deploymentPolicy; the webhook is not registered, so this is not admitted.
+python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["request"]["object"]))' \
+  "${work}/validate-deploymentpolicy.json" | kubectl apply -f - >/dev/null
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+serve() { # serve BINARY PORT LOG
+  RUST_LOG="${LOG_LEVEL:-warn}" "$1" --listen "127.0.0.1:$2" --metrics-listen 127.0.0.1:0 \
+    --tls-cert-file "${work}/tls.crt" --tls-key-file "${work}/tls.key" --log-level "${LOG_LEVEL:-warn}" >"$3" 2>&1 &
+  pids+=("$!")
+}
+wait_ready() { # wait_ready URL WHAT
+  for _ in $(seq 1 300); do
+    curl -fsS --cacert "${work}/ca.crt" "$1" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "$2 never became ready" >&2
+  exit 1
+}
+webhook_port="$(free_port)"
+serve "${target}/nodewright-webhook" "${webhook_port}" "${work}/webhook.log"
+webhook_pid="${pids[-1]}"
+baseline_port="$(free_port)"
+serve "${target}/examples/baseline" "${baseline_port}" "${work}/baseline.log"
+baseline_pid="${pids[-1]}"
+wait_ready "https://127.0.0.1:${webhook_port}/readyz" "the webhook (caches synced, certificate loaded)"
+wait_ready "https://127.0.0.1:${baseline_port}/healthz" "the baseline"
+sleep 1
+
+endpoints=(validate-nodewright mutate-nodewright validate-deploymentpolicy mutate-deploymentpolicy)
+echo "bodies: $(for e in "${endpoints[@]}"; do printf '%s %s bytes  ' "${e}" "$(wc -c <"${work}/${e}.json")"; done)"
+run() { # run LABEL URL BODY CONCURRENCY
+  printf '%s %s\n' "$1" "$("${target}/examples/loadgen" --url "$2" --ca "${work}/ca.crt" \
+    --body "$3" --concurrency "$4" --requests "${requests}")" | tee -a "${work}/results"
+}
+baseline() { run baseline "https://127.0.0.1:${baseline_port}/baseline" "${work}/validate-nodewright.json" "$1"; }
 for c in 1 16 64; do
-  "${target}/examples/loadgen" --url "https://127.0.0.1:${port}/validate-nodewright" --ca "${work}/ca.crt" \
-    --body "${work}/body.json" --concurrency "${c}" --requests "${requests}"
-done
-echo "webhook peak RSS: $(awk '/VmHWM/{print $2, $3}' "/proc/${pid}/status")"
+  baseline "${c}"
+  for e in "${endpoints[@]}"; do
+    run "${e}" "https://127.0.0.1:${webhook_port}/${e}" "${work}/${e}.json" "${c}"
+    baseline "${c}"
+  done
+done >&2
+
+python3 - "${work}/results" <<'PY'
+import sys
+rows = []
+for line in open(sys.argv[1]):
+    label, rest = line.split(" ", 1)
+    rows.append((label, dict(kv.split("=", 1) for kv in rest.split())))
+ms = lambda v: float(v[:-2])
+print(f"{'concurrency':>11} {'endpoint':<26} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'ratio':>6}  notes")
+for c in sorted({int(f["concurrency"]) for _, f in rows}):
+    at = [(label, f) for label, f in rows if int(f["concurrency"]) == c]
+    base = [f for label, f in at if label == "baseline"]
+    rps = [float(f["rps"]) for f in base]
+    mean = sum(rps) / len(rps)
+    p50 = sorted(ms(f["p50"]) for f in base)[len(base) // 2]
+    p99 = sorted(ms(f["p99"]) for f in base)[len(base) // 2]
+    print(f"{c:>11} {'baseline':<26} {mean:>8.0f} {p50:>8.3f} {p99:>8.3f} {1:>6.2f}  "
+          f"mean (median latencies) of {len(rps)} runs, {min(rps):.0f} to {max(rps):.0f} req/s")
+    for i, (label, f) in enumerate(at):
+        if label == "baseline":
+            continue
+        # Against the baseline runs just before and after: the load of the rest of the machine
+        # drifts, and neighbours saw the same.
+        near = [float(at[j][1]["rps"]) for j in (i - 1, i + 1) if 0 <= j < len(at) and at[j][0] == "baseline"]
+        ratio = float(f["rps"]) / (sum(near) / len(near))
+        bad = " ".join(f"{k}={f[k]}" for k in ("errors", "denied") if f[k] != "0")
+        print(f"{c:>11} {label:<26} {float(f['rps']):>8.0f} {ms(f['p50']):>8.3f} {ms(f['p99']):>8.3f} {ratio:>6.2f}  {bad}")
+PY
+echo "peak RSS: webhook $(awk '/VmHWM/{print $2, $3}' "/proc/${webhook_pid}/status"), baseline $(awk '/VmHWM/{print $2, $3}' "/proc/${baseline_pid}/status")"

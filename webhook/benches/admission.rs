@@ -1,90 +1,160 @@
-//! Decode + validate + patch of a 20-package NodeWright, the webhook's per-request work.
-//! Run: `cargo bench -p nodewright-webhook --bench admission`.
+//! The webhook's per-request work for each endpoint: decode the AdmissionReview, default or
+//! validate, build the JSON Patch, encode the response (`review` + `Answer::to_json`, what the
+//! handler runs), for a 20-package NodeWright and a four-compartment DeploymentPolicy; and the same
+//! through the real axum router in process (adds routing, body collection, metrics and the tracing
+//! span), without TLS.
+//!
+//! Times are the benchmark thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall time: on a shared
+//! host a wall clock also counts the time other processes hold the CPU.
+//! Run: `cargo bench -p nodewright-webhook --bench admission`. Instruction counts of the same work,
+//! immune to other load on the machine: `webhook/benches/callgrind.sh`.
+
+mod common;
 
 use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use axum::body::{Body, Bytes};
+use axum::http::Request;
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use nodewright_shared::defaults::OperatorDefaults;
 use nodewright_webhook::admission::{Webhook, review};
 use nodewright_webhook::cache::StaticView;
-use serde_json::{Value, json};
+use nodewright_webhook::metrics::Metrics;
+use nodewright_webhook::routes::{AppState, Readiness, router};
+use nodewright_webhook::tls::CertStore;
+use tower::ServiceExt;
 
-/// An AdmissionReview for a NodeWright with 20 packages in a dependency chain, each with a
-/// configMap, env, resources and an interrupt, as the apiserver would send it.
-fn review_body(with_defaults: bool) -> Vec<u8> {
-    let mut packages = serde_json::Map::new();
-    for i in 0..20 {
-        let mut p = json!({
-            "version": format!("1.{i}.0"),
-            "image": format!("registry.example.com:5000/team/package-{i}"),
-            "configMap": {"config.toml": "key = \"value\"\n".repeat(20), "install.sh": "#!/bin/sh\necho hi\n"},
-            "configInterrupts": {"config.toml": {"type": "service", "services": ["svc"]}},
-            "env": [{"name": "MODE", "value": "fast"}],
-            "resources": {"cpuRequest": "250m", "cpuLimit": "1", "memoryRequest": "256Mi", "memoryLimit": "512Mi"},
-            "interrupt": {"type": "reboot"},
-        });
-        if i > 0 {
-            p["dependsOn"] = json!({ format!("package-{}", i - 1): format!("1.{}.0", i - 1) });
-        }
-        if with_defaults {
-            p["name"] = json!(format!("package-{i}"));
-            p["stageTimeout"] = json!("1h");
-        }
-        packages.insert(format!("package-{i}"), p);
+/// CPU time of the calling thread.
+struct ThreadCpuTime;
+
+fn thread_cpu_now() -> Duration {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID) {
+        Ok(t) => Duration::from(t),
+        Err(e) => panic!("clock_gettime(CLOCK_THREAD_CPUTIME_ID): {e}"),
     }
-    let object = json!({
-        "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "NodeWright",
-        "metadata": {"name": "bench", "uid": "0d0c7a0e-8d37-4d59-9c55-2a0b0d7c1e11"},
-        "spec": {"deploymentPolicy": "policy", "nodeSelectors": {"matchLabels": {"pool": "gpu"}}, "packages": packages},
-    });
-    let review: Value = json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "6a1f2e3d-4c5b-6a79-8b0c-1d2e3f4a5b6c",
-            "kind": {"group": "nodewright.nvidia.com", "version": "v1alpha1", "kind": "NodeWright"},
-            "resource": {"group": "nodewright.nvidia.com", "version": "v1alpha1", "resource": "nodewrights"},
-            "name": "bench", "operation": "CREATE",
-            "userInfo": {"username": "admin"},
-            "object": object, "oldObject": null, "dryRun": false,
-        }
-    });
-    serde_json::to_vec(&review).unwrap_or_default()
 }
 
-fn benches(c: &mut Criterion) {
-    let defaults = OperatorDefaults::default();
-    let view = StaticView {
+impl Measurement for ThreadCpuTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        thread_cpu_now()
+    }
+    fn end(&self, started: Duration) -> Duration {
+        thread_cpu_now().saturating_sub(started)
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuFormatter
+    }
+}
+
+/// Nanoseconds of CPU, shown in the largest unit that keeps the typical value above 1.
+struct CpuFormatter;
+
+impl ValueFormatter for CpuFormatter {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if typical < 1e3 {
+            (1.0, "ns")
+        } else if typical < 1e6 {
+            (1e-3, "µs")
+        } else {
+            (1e-6, "ms")
+        };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+    fn scale_throughputs(
+        &self,
+        _: f64,
+        throughput: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
+        let per = match throughput {
+            Throughput::Bytes(n) | Throughput::BytesDecimal(n) | Throughput::Elements(n) => {
+                *n as f64
+            }
+            Throughput::Bits(n) => *n as f64,
+        };
+        values.iter_mut().for_each(|v| *v = per * 1e9 / *v);
+        "/s (CPU)"
+    }
+    fn scale_for_machines(&self, _: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn view() -> StaticView {
+    StaticView {
         policies: vec!["policy".into()],
         users: vec![],
-    };
-    let raw = review_body(false);
-    let defaulted = review_body(true);
-    c.bench_function("mutate_nodewright_20_packages", |b| {
-        b.iter(|| review(Webhook::MutateNodeWright, black_box(&raw), &defaults, &view))
-    });
-    c.bench_function("validate_nodewright_20_packages", |b| {
-        b.iter(|| {
-            review(
-                Webhook::ValidateNodeWright,
-                black_box(&defaulted),
-                &defaults,
-                &view,
-            )
-        })
-    });
-    c.bench_function("mutate_and_validate_then_encode_20_packages", |b| {
-        b.iter(|| {
-            let m = review(Webhook::MutateNodeWright, black_box(&raw), &defaults, &view);
-            let v = review(
-                Webhook::ValidateNodeWright,
-                black_box(&defaulted),
-                &defaults,
-                &view,
-            );
-            (serde_json::to_vec(&m.review), serde_json::to_vec(&v.review))
-        })
-    });
+    }
 }
 
-criterion_group!(admission, benches);
+fn handler_work(c: &mut Criterion<ThreadCpuTime>) {
+    let defaults = OperatorDefaults::default();
+    let view = view();
+    for webhook in Webhook::ALL {
+        let body = common::body(webhook);
+        c.bench_function(&format!("{}/review_and_encode", webhook.name()), |b| {
+            b.iter(|| {
+                review(webhook, black_box(&body), &defaults, &view)
+                    .to_json()
+                    .map(|bytes| bytes.len())
+            })
+        });
+    }
+}
+
+fn through_router(c: &mut Criterion<ThreadCpuTime>) {
+    let state = Arc::new(AppState {
+        defaults: OperatorDefaults::default(),
+        cluster: Arc::new(view()),
+        metrics: Metrics::new(),
+        ready: Readiness::new(CertStore::new()),
+    });
+    let app = router(state, 8 * 1024 * 1024, Duration::from_secs(10));
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => panic!("tokio runtime: {e}"),
+    };
+    for webhook in [Webhook::MutateNodeWright, Webhook::ValidateNodeWright] {
+        let body = Bytes::from(common::body(webhook));
+        let path = format!("/{}", webhook.name());
+        c.bench_function(&format!("{}/router", webhook.name()), |b| {
+            b.iter(|| {
+                runtime.block_on(async {
+                    let request = Request::post(path.as_str())
+                        .header("content-type", "application/json")
+                        .body(Body::from(body.clone()));
+                    match request {
+                        Ok(r) => app.clone().oneshot(r).await.map(|r| r.status()).ok(),
+                        Err(_) => None,
+                    }
+                })
+            })
+        });
+    }
+}
+
+criterion_group! {
+    name = admission;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = handler_work, through_router
+}
 criterion_main!(admission);

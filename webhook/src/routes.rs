@@ -146,15 +146,26 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize, request_timeout: Dura
             }),
         );
     }
-    router
+    let router = router
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(readyz));
+    limited(router, max_body_bytes, request_timeout).with_state(state)
+}
+
+/// The layers of every TLS-side route: the body limit and the request timeout. Public so that the
+/// load run's baseline server (`examples/baseline.rs`) serves its empty handler behind exactly
+/// these.
+pub fn limited<S: Clone + Send + Sync + 'static>(
+    router: Router<S>,
+    max_body_bytes: usize,
+    request_timeout: Duration,
+) -> Router<S> {
+    router
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
         ))
-        .with_state(state)
 }
 
 /// The plain-HTTP metrics router.

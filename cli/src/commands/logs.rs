@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
 use nodewright_operator::jobs::PackageAnnotation;
+use nodewright_operator::jobs::stored::StoredJob;
 use nodewright_operator::preview::{
     INTERRUPT_CONTAINER_NAME, PAUSE_CONTAINER_NAME, check_container_name, init_container_name,
     node_of, package_of, stage_container_name,
@@ -223,14 +224,19 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
         .collect();
     // Newest first: the attempt that matters now leads.
     pods.sort_by_key(|p| std::cmp::Reverse(p.creation_timestamp()));
-    let jobs: Vec<Job> = cluster::jobs(ctx, Some(name))
+    // Each Job with its stored form, which the operator's readers take.
+    let jobs: Vec<(Job, StoredJob)> = cluster::jobs(ctx, Some(name))
         .await?
         .into_iter()
-        .filter(|j| {
+        .map(|j| {
+            let stored = StoredJob::of(&j);
+            (j, stored)
+        })
+        .filter(|(_, j)| {
             package_of(j)
                 .is_some_and(|a| a.name == args.package && stage.is_none_or(|s| s == a.stage))
         })
-        .filter(|j| node_of(j).is_some_and(|n| patterns.matches(n)))
+        .filter(|(_, j)| node_of(j).is_some_and(|n| patterns.matches(n)))
         .collect();
     if nw.is_none() && pods.is_empty() && jobs.is_empty() {
         return Err(CliError::NodeWrightNotFound(name.clone()));
@@ -304,7 +310,7 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
             entries.push(entry);
         }
     }
-    for job in &jobs {
+    for (job, stored) in &jobs {
         let job_name = job.name_any();
         if logged_jobs.contains(&job_name) {
             continue;
@@ -316,8 +322,8 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
                 pod: None,
                 container: None,
                 state: None,
-                node: node_of(job).map(str::to_owned),
-                stage: package_of(job).map(|a| a.stage),
+                node: node_of(stored).map(str::to_owned),
+                stage: package_of(stored).map(|a| a.stage),
                 log: Some(snapshot.clone()),
                 error: None,
             });

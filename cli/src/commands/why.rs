@@ -14,6 +14,7 @@ use nodewright_operator::jobs::outcome::{
     DEADLINE_EXCEEDED, attempt_limit, attempts, is_disrupted, is_genuine_failure,
     terminated_with_failure, timeout_cause,
 };
+use nodewright_operator::jobs::stored::{StoredJob, StoredPod};
 use nodewright_operator::preview::{
     Blocker, NodePreview, Recorded, interrupt_job_name, is_finished, package_done,
     package_job_name, parse_state, preview, recorded,
@@ -231,6 +232,7 @@ fn stage_job<'a>(
 
 /// A Job's state in a word or two.
 fn job_state(job: &Job) -> String {
+    let stored = StoredJob::of(job);
     let conditions = job
         .status
         .as_ref()
@@ -241,7 +243,7 @@ fn job_state(job: &Job) -> String {
             .iter()
             .find(|c| c.type_ == t && c.status == "True")
     };
-    let recorded_text = recorded(job)
+    let recorded_text = recorded(&stored)
         .map(|r| format!(", recorded {}", r.as_str()))
         .unwrap_or_default();
     if active("Complete").is_some() {
@@ -262,12 +264,12 @@ fn job_state(job: &Job) -> String {
     "running".into()
 }
 
-/// Why an attempt pod ended (or where it is).
-fn attempt_reason(pod: &Pod) -> String {
-    let Some(status) = pod.status.as_ref() else {
+/// Why an attempt pod ended (or where it is); `stored` is its form the operator's predicates read.
+fn attempt_reason(pod: &Pod, stored: &StoredPod) -> String {
+    let Some(status) = stored.status.as_ref() else {
         return "no status yet".into();
     };
-    if is_disrupted(pod) {
+    if is_disrupted(stored) {
         return format!(
             "disrupted by the cluster ({}): does not count as an attempt",
             status.reason.as_deref().unwrap_or("DisruptionTarget")
@@ -325,9 +327,9 @@ fn attempt_reason(pod: &Pod) -> String {
 }
 
 /// The evidence a stage's pods give: deadlines, exit codes, kubelet rejections.
-fn evidence(pods: &[&Pod]) -> Vec<String> {
+fn evidence(pods: &[StoredPod]) -> Vec<String> {
     let mut out = Vec::new();
-    let genuine: Vec<&&Pod> = pods.iter().filter(|p| is_genuine_failure(p)).collect();
+    let genuine: Vec<&StoredPod> = pods.iter().filter(|p| is_genuine_failure(p)).collect();
     let deadline = genuine
         .iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some(DEADLINE_EXCEEDED))
@@ -397,28 +399,35 @@ fn package_why(
         .as_ref()
         .and_then(|r| stage_job(jobs, &name, package, &version, r.stage, &node_name));
     let job_pods = job.map(|j| job_pods(pods, j)).unwrap_or_default();
-    let owned: Vec<Pod> = job_pods.iter().map(|p| (*p).clone()).collect();
-    let genuine = attempts(&owned);
-    let timed_out = job.and_then(recorded) == Some(Recorded::TimedOut)
+    // The forms the operator's predicates read.
+    let stored_job = job.map(StoredJob::of);
+    let stored: Vec<StoredPod> = job_pods.iter().map(|p| StoredPod::of(p)).collect();
+    let genuine = attempts(&stored);
+    let timed_out = stored_job.as_ref().and_then(recorded) == Some(Recorded::TimedOut)
         && record.as_ref().and_then(|r| r.state) == Some(State::Erroring);
     let used = record
         .as_ref()
         .map(|r| i64::from(r.restarts).max(i64::from(genuine)));
-    let failed: Vec<&&Pod> = job_pods.iter().filter(|p| is_genuine_failure(p)).collect();
-    let attempt = |p: &Pod| Attempt {
+    let pairs: Vec<(&Pod, &StoredPod)> = job_pods.iter().copied().zip(stored.iter()).collect();
+    let attempt = |(p, s): &(&Pod, &StoredPod)| Attempt {
         pod: p.name_any(),
-        phase: p.status.as_ref().and_then(|s| s.phase.clone()),
-        reason: attempt_reason(p),
+        phase: s.status.as_ref().and_then(|s| s.phase.clone()),
+        reason: attempt_reason(p, s),
     };
     // The attempts that show what happened: the genuine failures (first and last), else the pods.
-    let shown: Vec<&Pod> = if failed.is_empty() {
-        job_pods.clone()
+    let failed: Vec<(&Pod, &StoredPod)> = pairs
+        .iter()
+        .filter(|(_, s)| is_genuine_failure(s))
+        .copied()
+        .collect();
+    let shown = if failed.is_empty() {
+        pairs.clone()
     } else {
-        failed.iter().map(|p| **p).collect()
+        failed
     };
-    let first_attempt = shown.first().map(|p| attempt(p));
+    let first_attempt = shown.first().map(&attempt);
     let last_attempt = (shown.len() > 1)
-        .then(|| shown.last().map(|p| attempt(p)))
+        .then(|| shown.last().map(&attempt))
         .flatten();
     let stage = record.as_ref().map(|r| r.stage);
     let pkg_events: Vec<String> = events
@@ -427,7 +436,7 @@ fn package_why(
         .cloned()
         .collect();
     let erroring = record.as_ref().and_then(|r| r.state) == Some(State::Erroring);
-    let running = job.is_some_and(|j| !is_finished(j));
+    let running = stored_job.as_ref().is_some_and(|j| !is_finished(j));
     let (next, command) = if done {
         ("done".to_owned(), None)
     } else if timed_out {
@@ -469,12 +478,12 @@ fn package_why(
         job: job.map(ResourceExt::name_any),
         job_state: job.map(job_state),
         attempts: used,
-        attempt_limit: job.and_then(attempt_limit),
+        attempt_limit: stored_job.as_ref().and_then(attempt_limit),
         timed_out,
         cause: timed_out
-            .then(|| job.map(|j| timeout_cause(j, &owned)))
+            .then(|| stored_job.as_ref().map(|j| timeout_cause(j, &stored)))
             .flatten(),
-        evidence: evidence(&job_pods),
+        evidence: evidence(&stored),
         first_attempt,
         last_attempt,
         last_logs: job.and_then(|j| j.annotations().get(keys::LAST_LOGS_ANNOTATION).cloned()),

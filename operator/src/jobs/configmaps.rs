@@ -119,8 +119,26 @@ pub fn package_configmap(
     }
 }
 
-/// The node-metadata ConfigMap of `node` for `nodewright`: the node's labels and annotations and
-/// `packages.json`. Returns its name and content.
+/// Whether a node label or annotation key is the operator's own per-stage bookkeeping
+/// (`nodewright.nvidia.com/nodeState_<nw>`, `status_<nw>`): it changes with every stage, says
+/// nothing a package needs (a package is told its stage by its arguments), and would be stale in
+/// the ConfigMap by the time the Job reads it. Leaving it out keeps a node's metadata ConfigMap
+/// unchanged across the stages of a rollout, so it is written once instead of before every Job.
+pub fn is_stage_bookkeeping(key: &str) -> bool {
+    key.strip_prefix(keys::PREFIX)
+        .is_some_and(|k| k.starts_with("nodeState_") || k.starts_with("status_"))
+}
+
+fn without_bookkeeping(map: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    map.iter()
+        .filter(|(k, _)| !is_stage_bookkeeping(k))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// The node-metadata ConfigMap of `node` for `nodewright`: the node's labels and annotations (but
+/// the operator's per-stage bookkeeping, [`is_stage_bookkeeping`]) and `packages.json`. Returns its
+/// name and content.
 pub fn node_metadata_configmap(
     nodewright: &NodeWright,
     node: &Node,
@@ -137,11 +155,13 @@ pub fn node_metadata_configmap(
     let data = BTreeMap::from([
         (
             "annotations.json".to_owned(),
-            serde_json::to_string(node.annotations()).map_err(json_err("annotations"))?,
+            serde_json::to_string(&without_bookkeeping(node.annotations()))
+                .map_err(json_err("annotations"))?,
         ),
         (
             "labels.json".to_owned(),
-            serde_json::to_string(node.labels()).map_err(json_err("labels"))?,
+            serde_json::to_string(&without_bookkeeping(node.labels()))
+                .map_err(json_err("labels"))?,
         ),
         (
             "packages.json".to_owned(),
@@ -167,4 +187,73 @@ pub fn node_metadata_configmap(
         ..ConfigMap::default()
     };
     Ok((cm_name, cm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn node_metadata_leaves_out_only_the_per_stage_bookkeeping() {
+        let nw = crate::jobs::test_support::nodewright();
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        let annotations = [
+            ("nodewright.nvidia.com/nodeState_gpu", "{}"),
+            ("nodewright.nvidia.com/status_gpu", "in_progress"),
+            ("nodewright.nvidia.com/cordon_gpu", "true"),
+            ("team.example.com/rack", "r12"),
+        ];
+        node.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        node.metadata.labels = Some(
+            [
+                ("nodewright.nvidia.com/status_gpu", "in_progress"),
+                ("pool", "gpu"),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        );
+        let (_, cm) = node_metadata_configmap(&nw, &node, "ns", "agent:1").expect("cm");
+        let data = cm.data.expect("data");
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_str(&data["annotations.json"]).expect("annotations.json");
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            ["nodewright.nvidia.com/cordon_gpu", "team.example.com/rack"]
+        );
+        let labels: BTreeMap<String, String> =
+            serde_json::from_str(&data["labels.json"]).expect("labels.json");
+        assert_eq!(labels.keys().collect::<Vec<_>>(), ["pool"]);
+
+        // A new stage record changes nothing in it: the same content, no new write.
+        let before = serde_json::to_string(
+            &node_metadata_configmap(&nw, &node, "ns", "agent:1")
+                .expect("cm")
+                .1,
+        );
+        if let Some(a) = node.metadata.annotations.as_mut() {
+            a.insert(
+                "nodewright.nvidia.com/nodeState_gpu".into(),
+                r#"{"x":1}"#.into(),
+            );
+        }
+        let after = serde_json::to_string(
+            &node_metadata_configmap(&nw, &node, "ns", "agent:1")
+                .expect("cm")
+                .1,
+        );
+        assert_eq!(before.ok(), after.ok());
+    }
 }

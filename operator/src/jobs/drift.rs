@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::EnvVar;
 use nodewright_shared::api::{Package, PackageResources};
 use serde::Serialize;
@@ -84,19 +83,19 @@ pub fn package_template_hash(
 /// Whether an unfinished Job must be deleted and recreated because its package changed. A Job without
 /// the annotation counts as stale: every package Job this operator builds carries it, so one without
 /// it predates the hash (or was edited) and cannot be shown to match.
-pub fn is_stale(job: &Job, desired_hash: &str) -> bool {
-    job.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(TEMPLATE_HASH_ANNOTATION))
+pub fn is_stale(job: &crate::jobs::stored::StoredJob, desired_hash: &str) -> bool {
+    job.template_hash
+        .as_deref()
         .is_none_or(|current| current != desired_hash)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::stored::StoredJob;
     use crate::jobs::test_support::{config, nodewright, package};
     use crate::jobs::{PackageJobInput, build_package_job};
+    use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use nodewright_shared::node_state::Stage;
 
@@ -125,7 +124,7 @@ mod tests {
         let job = job_for(&pkg);
         let desired = hash(&pkg, &config());
         assert!(desired.starts_with("sha256:") && desired.len() == 7 + 64);
-        assert!(!is_stale(&job, &desired));
+        assert!(!is_stale(&StoredJob::of(&job), &desired));
     }
 
     #[test]
@@ -184,14 +183,14 @@ mod tests {
         ];
         for (what, pkg) in changed {
             assert!(
-                is_stale(&job, &hash(&pkg, &cfg)),
+                is_stale(&StoredJob::of(&job), &hash(&pkg, &cfg)),
                 "{what} change not detected"
             );
         }
         // The operator's AGENT_IMAGE is an image too.
         let mut other_agent = config();
         other_agent.agent_image = "ghcr.io/nvidia/skyhook/agent:7.0.0".into();
-        assert!(is_stale(&job, &hash(&base, &other_agent)));
+        assert!(is_stale(&StoredJob::of(&job), &hash(&base, &other_agent)));
     }
 
     #[test]
@@ -223,14 +222,14 @@ mod tests {
         ];
         for (what, pkg) in same {
             assert!(
-                !is_stale(&job, &hash(&pkg, &config())),
+                !is_stale(&StoredJob::of(&job), &hash(&pkg, &config())),
                 "{what} made the job stale"
             );
         }
         // Backoff limit and a new NodeWright generation (an edit to another package).
         let mut cfg = config();
         cfg.defaults.backoff_limit = 9;
-        assert!(!is_stale(&job, &hash(&base, &cfg)));
+        assert!(!is_stale(&StoredJob::of(&job), &hash(&base, &cfg)));
         let mut nw = nodewright();
         nw.metadata.generation = Some(99);
         let newer = build_package_job(&PackageJobInput {
@@ -257,7 +256,10 @@ mod tests {
 
     #[test]
     fn a_job_without_the_annotation_is_stale() {
-        assert!(is_stale(&Job::default(), &hash(&package(), &config())));
+        assert!(is_stale(
+            &StoredJob::default(),
+            &hash(&package(), &config())
+        ));
     }
 
     #[test]

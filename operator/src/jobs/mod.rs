@@ -15,6 +15,7 @@ pub mod outcome;
 mod package;
 pub mod pod;
 pub(crate) mod read;
+pub mod stored;
 
 pub use annotation::PackageAnnotation;
 pub use config::{

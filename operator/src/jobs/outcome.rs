@@ -7,9 +7,7 @@
 //! costly: counting a kubelet admission rejection as a failure marks healthy packages erroring, while
 //! missing a real failure makes a broken package rerun forever.
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use nodewright_shared::keys;
+use crate::jobs::stored::{StoredContainerStatus, StoredJob, StoredPod};
 
 /// Pod condition set by the cluster on pods it is disrupting (preemption, eviction, graceful node
 /// shutdown, pod GC of a lost node).
@@ -40,7 +38,7 @@ pub enum JobOutcome {
 }
 
 /// The pod carries `DisruptionTarget=True`: the cluster, not the package, ended it.
-pub fn is_disrupted(pod: &Pod) -> bool {
+pub fn is_disrupted(pod: &StoredPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -59,7 +57,7 @@ pub fn is_disrupted(pod: &Pod) -> bool {
 ///
 /// Only the current state counts, not `lastState`: for an interrupt pod (`OnFailure`) a reboot leaves
 /// a killed container behind in `lastState`, which is the expected path, not a failure.
-pub fn is_genuine_failure(pod: &Pod) -> bool {
+pub fn is_genuine_failure(pod: &StoredPod) -> bool {
     if is_disrupted(pod) {
         return false;
     }
@@ -80,7 +78,7 @@ pub fn is_genuine_failure(pod: &Pod) -> bool {
 /// A container whose current state is terminated with a non-zero exit code that is not the kubelet's
 /// `ContainerStatusUnknown`/137 placeholder (a status it lost, not a run that failed): it ran and
 /// failed, so its log holds evidence.
-pub fn terminated_with_failure(container: &ContainerStatus) -> bool {
+pub fn terminated_with_failure(container: &StoredContainerStatus) -> bool {
     container
         .state
         .as_ref()
@@ -94,7 +92,7 @@ pub fn terminated_with_failure(container: &ContainerStatus) -> bool {
 
 /// Genuine failed attempts among a Job's pods: the `restarts` written with `(stage, erroring)`.
 /// Saturates at `i32::MAX` (the node-state field's type).
-pub fn attempts(pods: &[Pod]) -> i32 {
+pub fn attempts(pods: &[StoredPod]) -> i32 {
     let count = pods.iter().filter(|p| is_genuine_failure(p)).count();
     i32::try_from(count).unwrap_or(i32::MAX)
 }
@@ -102,8 +100,8 @@ pub fn attempts(pods: &[Pod]) -> i32 {
 /// Names of the genuine failed pods to delete so only the first and the last remain as evidence (the
 /// first shows what went wrong originally, the last what it looks like now). Pods are ordered by
 /// creation time, then name; pods already being deleted are not listed again.
-pub fn evidence_to_prune(pods: &[Pod]) -> Vec<String> {
-    let mut failed: Vec<&Pod> = pods.iter().filter(|p| is_genuine_failure(p)).collect();
+pub fn evidence_to_prune(pods: &[StoredPod]) -> Vec<String> {
+    let mut failed: Vec<&StoredPod> = pods.iter().filter(|p| is_genuine_failure(p)).collect();
     failed.sort_by(|a, b| {
         (&a.metadata.creation_timestamp, &a.metadata.name)
             .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
@@ -120,12 +118,8 @@ pub fn evidence_to_prune(pods: &[Pod]) -> Vec<String> {
 }
 
 /// An interrupt Job (label `nodewright.nvidia.com/interrupt=True`).
-pub fn is_interrupt_job(job: &Job) -> bool {
-    job.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(keys::INTERRUPT_LABEL))
-        .is_some_and(|v| v == crate::jobs::pod::INTERRUPT_LABEL_VALUE)
+pub fn is_interrupt_job(job: &StoredJob) -> bool {
+    job.interrupt
 }
 
 /// Evidence of a genuine failure that is not in the Job's retained pods: the node's entry for the
@@ -150,7 +144,7 @@ pub enum RecordedEvidence {
 /// - `FailureTarget=True` without a terminal condition ⇒ [`JobOutcome::Stuck`];
 /// - anything else ⇒ [`JobOutcome::Running`] (including `SuccessCriteriaMet` while the Job waits for
 ///   its pods to terminate).
-pub fn classify_job(job: &Job, pods: &[Pod], recorded: RecordedEvidence) -> JobOutcome {
+pub fn classify_job(job: &StoredJob, pods: &[StoredPod], recorded: RecordedEvidence) -> JobOutcome {
     let conditions = job
         .status
         .as_ref()
@@ -183,7 +177,7 @@ pub fn classify_job(job: &Job, pods: &[Pod], recorded: RecordedEvidence) -> JobO
 
 /// Why a stage timed out, as a user reads it in an Event: the cause seen on the last genuine failed
 /// attempt, or, when no retained pod shows one, the evidence that was used instead.
-pub fn timeout_cause(job: &Job, pods: &[Pod]) -> String {
+pub fn timeout_cause(job: &StoredJob, pods: &[StoredPod]) -> String {
     let failed_reason = job
         .status
         .as_ref()
@@ -228,7 +222,7 @@ pub fn timeout_cause(job: &Job, pods: &[Pod]) -> String {
 
 /// How many attempts the Job allows (`backoffLimit + 1`), for "N of M attempts" in messages; `None`
 /// for an interrupt Job, whose bound is its deadline, not a count.
-pub fn attempt_limit(job: &Job) -> Option<i64> {
+pub fn attempt_limit(job: &StoredJob) -> Option<i64> {
     if is_interrupt_job(job) {
         return None;
     }
@@ -243,11 +237,11 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
-    fn pod(value: Value) -> Pod {
+    fn pod(value: Value) -> StoredPod {
         serde_json::from_value(value).expect("valid pod JSON")
     }
 
-    fn job(value: Value) -> Job {
+    fn job(value: Value) -> StoredJob {
         serde_json::from_value(value).expect("valid job JSON")
     }
 
@@ -261,7 +255,7 @@ mod tests {
                "state": {"waiting": {"reason": reason}}})
     }
 
-    fn failed_init(name: &str, exit_code: i32) -> Pod {
+    fn failed_init(name: &str, exit_code: i32) -> StoredPod {
         pod(json!({
             "metadata": {"name": name},
             "status": {"phase": "Failed", "initContainerStatuses": [
@@ -273,7 +267,7 @@ mod tests {
 
     #[test]
     fn predicate_table() {
-        let cases: Vec<(&str, Pod, bool)> = vec![
+        let cases: Vec<(&str, StoredPod, bool)> = vec![
             ("exit 1 in an init container", failed_init("p", 1), true),
             (
                 "exit 2 in a regular container",
@@ -371,7 +365,7 @@ mod tests {
                 ),
                 false,
             ),
-            ("no status at all", Pod::default(), false),
+            ("no status at all", StoredPod::default(), false),
         ];
         for (what, pod, genuine) in cases {
             assert_eq!(is_genuine_failure(&pod), genuine, "{what}");
@@ -385,10 +379,10 @@ mod tests {
             {"type": "DisruptionTarget", "status": "True"}]}}))));
         assert!(!is_disrupted(&pod(json!({"status": {"conditions": [
             {"type": "DisruptionTarget", "status": "False"}]}}))));
-        assert!(!is_disrupted(&Pod::default()));
+        assert!(!is_disrupted(&StoredPod::default()));
     }
 
-    fn job_with(conditions: Value, interrupt: bool) -> Job {
+    fn job_with(conditions: Value, interrupt: bool) -> StoredJob {
         let labels = if interrupt {
             json!({"nodewright.nvidia.com/interrupt": "True"})
         } else {
@@ -399,7 +393,7 @@ mod tests {
         )
     }
 
-    fn rejected() -> Pod {
+    fn rejected() -> StoredPod {
         pod(json!({"status": {"phase": "Failed", "reason": "OutOfcpu"}}))
     }
 
@@ -407,7 +401,7 @@ mod tests {
     fn classification() {
         let genuine = vec![failed_init("a", 1)];
         let only_rejected = vec![rejected(), rejected()];
-        let cases: Vec<(&str, Job, &[Pod], JobOutcome)> = vec![
+        let cases: Vec<(&str, StoredJob, &[StoredPod], JobOutcome)> = vec![
             (
                 "complete",
                 job_with(json!([{"type": "Complete", "status": "True"}]), false),
@@ -508,7 +502,12 @@ mod tests {
                 &genuine,
                 JobOutcome::Running,
             ),
-            ("no status", Job::default(), &genuine, JobOutcome::Running),
+            (
+                "no status",
+                StoredJob::default(),
+                &genuine,
+                JobOutcome::Running,
+            ),
         ];
         for (what, job, pods, outcome) in cases {
             assert_eq!(
@@ -561,7 +560,7 @@ mod tests {
         );
     }
 
-    fn failed_at(name: &str, created: &str) -> Pod {
+    fn failed_at(name: &str, created: &str) -> StoredPod {
         pod(json!({
             "metadata": {"name": name, "creationTimestamp": created},
             "status": {"phase": "Failed", "initContainerStatuses": [terminated("dax-apply", 1, "Error")]}

@@ -4,10 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
-use nodewright_shared::keys;
-
 use crate::jobs::PackageAnnotation;
+use crate::jobs::stored::StoredJob;
 
 /// Value of `nodewright.nvidia.com/state-recorded`: which outcome was written to node state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,16 +40,12 @@ impl Recorded {
 }
 
 /// The recorded outcome of a Job, if any.
-pub fn recorded(job: &Job) -> Option<Recorded> {
-    job.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys::STATE_RECORDED_ANNOTATION))
-        .and_then(|v| Recorded::parse(v))
+pub fn recorded(job: &StoredJob) -> Option<Recorded> {
+    job.recorded.as_deref().and_then(Recorded::parse)
 }
 
 /// Whether the Job reached a terminal condition (`Complete` or `Failed`).
-pub fn is_finished(job: &Job) -> bool {
+pub fn is_finished(job: &StoredJob) -> bool {
     job.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -61,21 +55,19 @@ pub fn is_finished(job: &Job) -> bool {
 }
 
 /// Whether the Job is suspended.
-pub fn is_suspended(job: &Job) -> bool {
+pub fn is_suspended(job: &StoredJob) -> bool {
     job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)
 }
 
 /// The package annotation of a Job (which package, version, NodeWright and stage it runs).
-pub fn package_of(job: &Job) -> Option<PackageAnnotation> {
-    job.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys::PACKAGE_ANNOTATION))
+pub fn package_of(job: &StoredJob) -> Option<PackageAnnotation> {
+    job.package
+        .as_deref()
         .and_then(|v| PackageAnnotation::parse(v).ok())
 }
 
 /// The node a Job is pinned to (its pod template's `nodeName`; the node label may be shortened).
-pub fn node_of(job: &Job) -> Option<&str> {
+pub fn node_of(job: &StoredJob) -> Option<&str> {
     job.spec
         .as_ref()
         .and_then(|s| s.template.spec.as_ref())
@@ -86,7 +78,7 @@ pub fn node_of(job: &Job) -> Option<&str> {
 /// Job of ANY NodeWright is unfinished.
 #[derive(Debug, Default)]
 pub struct JobIndex {
-    jobs: BTreeMap<String, Arc<Job>>,
+    jobs: BTreeMap<String, Arc<StoredJob>>,
     /// Nodes with an unfinished package (not interrupt) Job of any NodeWright: a node's interrupt
     /// waits for every one of them (DESIGN §4.4), since a package pod tolerates the cordon and
     /// nothing else stops it from running through a reboot.
@@ -97,8 +89,8 @@ impl JobIndex {
     /// Indexes a NodeWright's own `jobs` by name; only they count as busy nodes (tests of one
     /// NodeWright). The rollout's index is [`JobIndex::with_fleet`].
     #[cfg(test)]
-    pub fn new<J: Into<Arc<Job>>>(jobs: impl IntoIterator<Item = J>) -> Self {
-        let jobs: Vec<Arc<Job>> = jobs.into_iter().map(Into::into).collect();
+    pub fn new<J: Into<Arc<StoredJob>>>(jobs: impl IntoIterator<Item = J>) -> Self {
+        let jobs: Vec<Arc<StoredJob>> = jobs.into_iter().map(Into::into).collect();
         let busy_nodes = busy_nodes(&jobs);
         JobIndex {
             jobs: by_name(jobs),
@@ -108,7 +100,10 @@ impl JobIndex {
 
     /// Indexes `own` (one NodeWright's Jobs) by name, and the busy nodes from `all` (every Job the
     /// operator owns, of every NodeWright), scanned once per pass instead of once per node.
-    pub fn with_fleet(own: impl IntoIterator<Item = Arc<Job>>, all: &[Arc<Job>]) -> Self {
+    pub fn with_fleet(
+        own: impl IntoIterator<Item = Arc<StoredJob>>,
+        all: &[Arc<StoredJob>],
+    ) -> Self {
         JobIndex {
             jobs: by_name(own),
             busy_nodes: busy_nodes(all),
@@ -116,12 +111,12 @@ impl JobIndex {
     }
 
     /// The Job named `name`.
-    pub fn get(&self, name: &str) -> Option<&Job> {
+    pub fn get(&self, name: &str) -> Option<&StoredJob> {
         self.jobs.get(name).map(AsRef::as_ref)
     }
 
     /// Every Job.
-    pub fn iter(&self) -> impl Iterator<Item = &Job> {
+    pub fn iter(&self) -> impl Iterator<Item = &StoredJob> {
         self.jobs.values().map(AsRef::as_ref)
     }
 
@@ -132,13 +127,13 @@ impl JobIndex {
     }
 }
 
-fn by_name(jobs: impl IntoIterator<Item = Arc<Job>>) -> BTreeMap<String, Arc<Job>> {
+fn by_name(jobs: impl IntoIterator<Item = Arc<StoredJob>>) -> BTreeMap<String, Arc<StoredJob>> {
     jobs.into_iter()
         .filter_map(|j| j.metadata.name.clone().map(|n| (n, j)))
         .collect()
 }
 
-fn busy_nodes(jobs: &[Arc<Job>]) -> BTreeSet<String> {
+fn busy_nodes(jobs: &[Arc<StoredJob>]) -> BTreeSet<String> {
     jobs.iter()
         .filter(|j| !crate::jobs::outcome::is_interrupt_job(j) && !is_finished(j))
         .filter_map(|j| node_of(j).map(str::to_owned))

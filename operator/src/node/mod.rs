@@ -5,4 +5,5 @@
 pub(crate) mod conditions;
 pub(crate) mod cordon;
 pub(crate) mod edit;
+pub(crate) mod record;
 pub(crate) mod state;

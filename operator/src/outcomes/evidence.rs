@@ -9,8 +9,7 @@
 //! succeeds. A log call that fails (the node is gone, or a simulated node that has no logs) writes
 //! nothing rather than a guess. The annotation is written once; a later pass never overwrites it.
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
 use nodewright_shared::keys;
@@ -22,6 +21,7 @@ use crate::error::ReconcileError;
 use crate::jobs::outcome::{
     CONTAINER_STATUS_UNKNOWN, is_disrupted, is_genuine_failure, terminated_with_failure,
 };
+use crate::jobs::stored::{StoredContainerStatus, StoredJob, StoredPod};
 use crate::writes::failed;
 
 /// Most bytes of the annotation (annotations share a 256 KiB budget per object).
@@ -52,7 +52,7 @@ pub enum Stuck {
     },
 }
 
-fn succeeded(status: &ContainerStatus) -> bool {
+fn succeeded(status: &StoredContainerStatus) -> bool {
     status
         .state
         .as_ref()
@@ -62,14 +62,14 @@ fn succeeded(status: &ContainerStatus) -> bool {
 
 /// The stuck (or last failing) container of the latest attempt that the cluster did not disrupt:
 /// the first init container, then regular container, that did not succeed.
-pub fn stuck_container(pods: &[Pod]) -> Option<Stuck> {
+pub fn stuck_container(pods: &[StoredPod]) -> Option<Stuck> {
     let pod = pods.iter().filter(|p| !is_disrupted(p)).max_by(|a, b| {
         (&a.metadata.creation_timestamp, &a.metadata.name)
             .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
     })?;
     let name = pod.metadata.name.clone()?;
     let status = pod.status.as_ref()?;
-    let containers: Vec<&ContainerStatus> = status
+    let containers: Vec<&StoredContainerStatus> = status
         .init_container_statuses
         .iter()
         .chain(status.container_statuses.iter())
@@ -128,7 +128,7 @@ pub fn stuck_container(pods: &[Pod]) -> Option<Stuck> {
 /// Whether a retained attempt ran and failed, so its own (archived) log already holds the evidence.
 /// The kubelet's `ContainerStatusUnknown`/137 placeholder is not a run: a pod that only carries it
 /// (e.g. a container that never started before its deadline) has no log, and gets the snapshot.
-pub fn has_archived_logs(pods: &[Pod]) -> bool {
+pub fn has_archived_logs(pods: &[StoredPod]) -> bool {
     pods.iter().filter(|p| is_genuine_failure(p)).any(|p| {
         p.status.as_ref().is_some_and(|s| {
             s.init_container_statuses
@@ -181,13 +181,11 @@ pub fn tail(text: &str, max: usize) -> String {
 /// skip when a retained failed attempt has its own log (the `FailureTarget` rule).
 pub async fn write_last_logs(
     ctx: &Context,
-    job: &Job,
-    pods: &[Pod],
+    job: &StoredJob,
+    pods: &[StoredPod],
     only_without_archive: bool,
 ) -> Result<(), ReconcileError> {
-    if job.annotations().contains_key(keys::LAST_LOGS_ANNOTATION)
-        || (only_without_archive && has_archived_logs(pods))
-    {
+    if job.has_last_logs || (only_without_archive && has_archived_logs(pods)) {
         return Ok(());
     }
     let job_name = job.name_any();
@@ -232,7 +230,7 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
-    fn pod(value: Value) -> Pod {
+    fn pod(value: Value) -> StoredPod {
         serde_json::from_value(value).expect("valid pod JSON")
     }
 
@@ -240,7 +238,7 @@ mod tests {
         json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": state})
     }
 
-    fn never_pulled(name: &str, created: &str) -> Pod {
+    fn never_pulled(name: &str, created: &str) -> StoredPod {
         pod(json!({
             "metadata": {"name": name, "creationTimestamp": created},
             "status": {"phase": "Failed", "reason": "DeadlineExceeded", "initContainerStatuses": [

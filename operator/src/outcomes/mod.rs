@@ -18,15 +18,13 @@ pub(crate) mod evidence;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use nodewright_shared::keys;
-use nodewright_shared::node_state::{NodeState, Stage, State};
-use serde_json::json;
+use nodewright_shared::node_state::State;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
@@ -37,10 +35,12 @@ use crate::jobs::outcome::{
     is_interrupt_job, timeout_cause,
 };
 use crate::jobs::read::{Recorded, node_of, package_of, recorded};
+use crate::jobs::stored::{CONTROLLER_UID_LABEL, StoredJob, StoredPod};
 use crate::metrics::state::Outcome;
 use crate::node::edit::NodeEdit;
+use crate::node::record::{Record, apply_record};
 use crate::node::state::parse_state;
-use crate::writes::{Unchanged, WriteError, failed};
+use crate::writes::{Unchanged, WriteError};
 
 /// How long a Job may sit at `FailureTarget` before it is looked at again.
 pub const STUCK_RECHECK: Duration = Duration::from_secs(30);
@@ -48,15 +48,21 @@ pub const STUCK_RECHECK: Duration = Duration::from_secs(30);
 /// surfaces as erroring (DESIGN §4.4).
 pub const STUCK_BOUND: Duration = Duration::from_secs(120);
 
-/// How long the Job has been at `FailureTarget=True`.
-fn stuck_for(job: &Job) -> Option<Duration> {
+/// How long the outcome recorder leaves a Complete Job to the rollout, which folds its outcome into
+/// the node write that records the next stage (one write, and the next Job created in the same
+/// pass). Past it, the rollout is not planning that node (it left the selection, its NodeWright is
+/// gone or blocked) and the recorder records the outcome itself.
+pub const ABSORB_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the Job's condition `type_` has been True.
+fn condition_age(job: &StoredJob, type_: &str) -> Option<Duration> {
     let since = job
         .status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == "FailureTarget" && c.status == "True")?
+        .find(|c| c.type_ == type_ && c.status == "True")?
         .last_transition_time
         .as_ref()?
         .0;
@@ -64,105 +70,30 @@ fn stuck_for(job: &Job) -> Option<Duration> {
     Duration::try_from(elapsed).ok()
 }
 
-/// What an outcome does to the package's record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Record {
-    /// The stage completed.
-    Complete,
-    /// A genuine failure: erroring with this many failed attempts.
-    Erroring(i32),
+/// How long the Job has been at `FailureTarget=True`.
+fn stuck_for(job: &StoredJob) -> Option<Duration> {
+    condition_age(job, "FailureTarget")
 }
 
-/// Applies an outcome to the node state; returns whether anything changed. Only the record of the
-/// Job's own package, version and stage is touched, and never once it is complete.
-pub fn apply_record(
-    state: &mut NodeState,
-    job: &PackageAnnotation,
-    interrupt: bool,
-    record: Record,
-) -> bool {
-    let Some(current) = state.get(&job.name, &job.version).cloned() else {
-        return false;
-    };
-    if current.stage != job.stage || current.state == Some(State::Complete) {
-        return false;
-    }
-    let mut next = current.clone();
-    match record {
-        Record::Erroring(restarts) => {
-            next.state = Some(State::Erroring);
-            // The attempt count of one stage run only grows: a later reconcile may count fewer
-            // failed pods once the middle attempts were pruned as evidence (or from a lagging
-            // view), and must not lower what was recorded.
-            next.restarts = if current.state == Some(State::Erroring) {
-                restarts.max(current.restarts)
-            } else {
-                restarts
-            };
-        }
-        Record::Complete => next.state = Some(State::Complete),
-    }
-    let mut changed = next != current;
-    state.upsert(next);
-    if record == Record::Complete {
-        if interrupt {
-            // The packages folded into this merged interrupt complete with it.
-            let skipped: Vec<_> = state
-                .iter()
-                .filter(|r| r.stage == job.stage && r.state == Some(State::Skipped))
-                .cloned()
-                .collect();
-            for mut r in skipped {
-                r.state = Some(State::Complete);
-                state.upsert(r);
-                changed = true;
-            }
-        }
-        if matches!(job.stage, Stage::Upgrade | Stage::Apply) {
-            // The new version is installed: an upgrade replaces every other version (upstream), and
-            // any install replaces other versions that never completed installing (a stage that
-            // timed out at 1.0.0, then the user moved to 1.0.1): left behind, they would show an
-            // erroring package to every reader of node state. A completed other version installed
-            // by `apply` stays (a downgrade keeps both records, as upstream), and so does an entry
-            // in its uninstall cycle (that cycle removes it).
-            let old: Vec<_> = state
-                .iter()
-                .filter(|r| r.name == job.name && r.version != job.version)
-                .filter(|r| {
-                    job.stage == Stage::Upgrade
-                        || (r.state != Some(State::Complete)
-                            && !matches!(r.stage, Stage::Uninstall | Stage::UninstallInterrupt))
-                })
-                .map(|r| r.version.clone())
-                .collect();
-            for version in old {
-                state.remove(&job.name, &version);
-                changed = true;
-            }
-        }
-    }
-    changed
+/// What is left of [`ABSORB_GRACE`] for a Complete Job (`None`: it is over).
+fn absorb_grace_left(job: &StoredJob) -> Option<Duration> {
+    let age = condition_age(job, "Complete")?;
+    ABSORB_GRACE.checked_sub(age).filter(|left| !left.is_zero())
 }
 
 /// The pods of the Job with this uid in the pod store (running Jobs: a stale read only delays an
 /// `erroring` record until the next pod event).
-fn pods_of(store: &kube::runtime::reflector::Store<Pod>, uid: &str) -> Vec<Pod> {
+fn pods_of(store: &kube::runtime::reflector::Store<StoredPod>, uid: &str) -> Vec<StoredPod> {
     store
         .state()
         .iter()
-        .filter(|pod| {
-            pod.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("batch.kubernetes.io/controller-uid"))
-                .is_some_and(|v| v == uid)
-        })
-        .map(|pod| Pod::clone(pod))
+        .filter(|pod| pod.job_uid.as_deref() == Some(uid))
+        .map(|pod| StoredPod::clone(pod))
         .collect()
 }
 
 /// Reconciles one Job (and, through it, its pods).
-pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+pub async fn reconcile(job: Arc<StoredJob>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let span = info_span!("reconcile_job", job = %job.name_any());
     let result = record_outcome(&job, &ctx).instrument(span).await;
     ctx.metrics.count_reconcile(
@@ -177,7 +108,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Recon
 }
 
 /// Retry policy of the outcome reconciler.
-pub fn error_policy(job: Arc<Job>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(job: Arc<StoredJob>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
     if error.is_conflict() {
         return Action::requeue(Duration::from_millis(500));
     }
@@ -187,7 +118,7 @@ pub fn error_policy(job: Arc<Job>, error: &ReconcileError, _ctx: Arc<Context>) -
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileError> {
+async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, ReconcileError> {
     if !ctx.leading() || recorded(job).is_some() || job.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -197,13 +128,14 @@ async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileErr
     };
     let name = job.name_any();
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace);
+    let pods_api: Api<StoredPod> = Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace);
     // A running Job's pods come from the watch-fed store (no API call per pod event). A failing
     // decision (Failed, FailureTarget) is taken from a live list instead, once per Job: the store
     // may not have seen the last pod update yet, and an outcome classified from a stale view would
     // be recorded for good. A Complete Job needs no pods (the Job controller's condition is the
-    // outcome), so the common case costs no list: a label-selected LIST scans every retained pod
-    // of the namespace, and one per finished Job grows with the square of the fleet.
+    // outcome), so the common case costs no list. The list selects the node's pods by field too:
+    // the apiserver's watch cache indexes pods by node, so it scans that node's few pods instead of
+    // every retained pod of the namespace (which grows with the square of the fleet).
     let cached_node = ctx.nodes.get(&ObjectRef::new(node));
     let evidence = cached_node.as_deref().map_or(RecordedEvidence::None, |n| {
         recorded_evidence(n, &annotation)
@@ -213,7 +145,9 @@ async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileErr
     if !matches!(outcome, JobOutcome::Running | JobOutcome::Succeeded) {
         pods = pods_api
             .list(
-                &ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
+                &ListParams::default()
+                    .labels(&format!("{CONTROLLER_UID_LABEL}={uid}"))
+                    .fields(&format!("spec.nodeName={node}")),
             )
             .await
             .map_err(ReconcileError::api(format!(
@@ -246,14 +180,18 @@ async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileErr
             Ok(Action::await_change())
         }
         JobOutcome::Succeeded => {
+            if let Some(left) = absorb_grace_left(job) {
+                // The rollout records it with the next stage; look again once the grace is over.
+                return Ok(Action::requeue(left + Duration::from_millis(100)));
+            }
             record(ctx, node, &annotation, interrupt, Record::Complete).await?;
-            mark(
-                ctx,
-                &name,
-                Recorded::Complete,
-                ctx.config.jobs.defaults.ttl_succeeded_seconds(),
-            )
-            .await?;
+            ctx.writer
+                .mark_job_recorded(
+                    &name,
+                    Recorded::Complete,
+                    ctx.config.jobs.defaults.ttl_succeeded_seconds(),
+                )
+                .await?;
             Ok(Action::await_change())
         }
         JobOutcome::TimedOut => {
@@ -280,24 +218,24 @@ async fn record_outcome(job: &Job, ctx: &Context) -> Result<Action, ReconcileErr
             // Before the mark: once recorded, the Job is not reconciled again.
             crate::outcomes::evidence::write_last_logs(ctx, job, &pods, false).await?;
             announce_timeout(ctx, job, &pods, node, &annotation).await;
-            mark(
-                ctx,
-                &name,
-                Recorded::TimedOut,
-                ctx.config.jobs.defaults.ttl_failed_seconds(),
-            )
-            .await?;
+            ctx.writer
+                .mark_job_recorded(
+                    &name,
+                    Recorded::TimedOut,
+                    ctx.config.jobs.defaults.ttl_failed_seconds(),
+                )
+                .await?;
             info!(node, package = %annotation.name, stage = %annotation.stage, "stage timed out; Job kept as evidence");
             Ok(Action::await_change())
         }
         JobOutcome::OnlyRejected => {
-            mark(
-                ctx,
-                &name,
-                Recorded::Rejected,
-                ctx.config.jobs.defaults.ttl_failed_seconds(),
-            )
-            .await?;
+            ctx.writer
+                .mark_job_recorded(
+                    &name,
+                    Recorded::Rejected,
+                    ctx.config.jobs.defaults.ttl_failed_seconds(),
+                )
+                .await?;
             ctx.writer.remove_job(&name).await?;
             info!(node, package = %annotation.name, stage = %annotation.stage, "attempts only rejected at admission; the stage runs again");
             Ok(Action::await_change())
@@ -328,8 +266,8 @@ fn recorded_evidence(node: &Node, job: &PackageAnnotation) -> RecordedEvidence {
 /// repeat after a failed mark is folded into the same Event series by the recorder.
 async fn announce_timeout(
     ctx: &Context,
-    job: &Job,
-    pods: &[Pod],
+    job: &StoredJob,
+    pods: &[StoredPod],
     node: &str,
     annotation: &PackageAnnotation,
 ) {
@@ -410,166 +348,11 @@ async fn record(
     Ok(())
 }
 
-/// Marks the Job's outcome as recorded and starts its TTL.
-async fn mark(
-    ctx: &Context,
-    job: &str,
-    outcome: Recorded,
-    ttl_seconds: i32,
-) -> Result<(), ReconcileError> {
-    let patch = json!({
-        "metadata": {"annotations": {keys::STATE_RECORDED_ANNOTATION: outcome.as_str()}},
-        "spec": {"ttlSecondsAfterFinished": ttl_seconds},
-    });
-    ctx.writer
-        .patch_job(job, patch)
-        .await
-        .map_err(failed(format!("marking Job {job} as recorded")))?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_shared::node_state::PackageStatus;
-
-    fn entry(name: &str, version: &str, stage: Stage, state: State) -> PackageStatus {
-        PackageStatus {
-            name: name.into(),
-            version: version.into(),
-            image: "img".into(),
-            container_sha: String::new(),
-            stage,
-            state: Some(state),
-            restarts: 0,
-        }
-    }
-
-    fn job(name: &str, version: &str, stage: Stage) -> PackageAnnotation {
-        PackageAnnotation {
-            name: name.into(),
-            version: version.into(),
-            nodewright: "nw".into(),
-            stage,
-            image: "img".into(),
-            container_sha: None,
-        }
-    }
-
-    #[test]
-    fn outcomes_only_touch_their_own_stage_and_never_undo_completion() {
-        let mut s = NodeState::default();
-        s.upsert(entry("a", "1", Stage::Config, State::InProgress));
-        // A late event of the finished apply Job changes nothing.
-        assert!(!apply_record(
-            &mut s,
-            &job("a", "1", Stage::Apply),
-            false,
-            Record::Erroring(2)
-        ));
-        assert!(apply_record(
-            &mut s,
-            &job("a", "1", Stage::Config),
-            false,
-            Record::Erroring(1)
-        ));
-        assert_eq!(
-            s.get("a", "1").map(|r| (r.state, r.restarts)),
-            Some((Some(State::Erroring), 1))
-        );
-        assert!(apply_record(
-            &mut s,
-            &job("a", "1", Stage::Config),
-            false,
-            Record::Complete
-        ));
-        assert!(!apply_record(
-            &mut s,
-            &job("a", "1", Stage::Config),
-            false,
-            Record::Erroring(3)
-        ));
-        assert_eq!(s.get("a", "1").and_then(|r| r.state), Some(State::Complete));
-    }
-
-    #[test]
-    fn the_recorded_attempt_count_never_goes_down() {
-        let mut s = NodeState::default();
-        s.upsert(entry("a", "1", Stage::Apply, State::InProgress));
-        let apply = job("a", "1", Stage::Apply);
-        assert!(apply_record(&mut s, &apply, false, Record::Erroring(3)));
-        // A later pass after the middle attempt was pruned counts 2 failed pods.
-        assert!(!apply_record(&mut s, &apply, false, Record::Erroring(2)));
-        assert_eq!(s.get("a", "1").map(|r| r.restarts), Some(3));
-        // A new run of the stage starts from a fresh in-progress record.
-        s.upsert(entry("a", "1", Stage::Apply, State::InProgress));
-        assert!(apply_record(&mut s, &apply, false, Record::Erroring(1)));
-        assert_eq!(s.get("a", "1").map(|r| r.restarts), Some(1));
-    }
-
-    #[test]
-    fn an_interrupt_completes_the_packages_folded_into_it() {
-        let mut s = NodeState::default();
-        s.upsert(entry("a", "1", Stage::Interrupt, State::Skipped));
-        s.upsert(entry("b", "1", Stage::Interrupt, State::InProgress));
-        assert!(apply_record(
-            &mut s,
-            &job("b", "1", Stage::Interrupt),
-            true,
-            Record::Complete
-        ));
-        assert!(s.iter().all(|r| r.state == Some(State::Complete)));
-    }
-
-    #[test]
-    fn a_completed_install_drops_other_versions_that_never_installed() {
-        let mut s = NodeState::default();
-        // 1.0.0 timed out at apply; the user moved to 1.0.1.
-        s.upsert(entry("a", "1.0.0", Stage::Apply, State::Erroring));
-        // An older version that did install (a downgrade keeps it, as upstream), and one being
-        // uninstalled (its cycle removes it).
-        s.upsert(entry("a", "0.9.0", Stage::Config, State::Complete));
-        s.upsert(entry("a", "0.8.0", Stage::Uninstall, State::InProgress));
-        s.upsert(entry("b", "1.0.0", Stage::Apply, State::Erroring));
-        s.upsert(entry("a", "1.0.1", Stage::Apply, State::InProgress));
-        // While 1.0.1 only runs, the old record stays (nothing installed yet).
-        assert!(apply_record(
-            &mut s,
-            &job("a", "1.0.1", Stage::Apply),
-            false,
-            Record::Erroring(1)
-        ));
-        assert!(s.get("a", "1.0.0").is_some());
-        s.upsert(entry("a", "1.0.1", Stage::Apply, State::InProgress));
-        assert!(apply_record(
-            &mut s,
-            &job("a", "1.0.1", Stage::Apply),
-            false,
-            Record::Complete
-        ));
-        assert!(s.get("a", "1.0.0").is_none(), "the timed-out version goes");
-        assert!(s.get("a", "0.9.0").is_some());
-        assert!(s.get("a", "0.8.0").is_some());
-        assert!(
-            s.get("b", "1.0.0").is_some(),
-            "other packages are untouched"
-        );
-    }
-
-    #[test]
-    fn a_completed_upgrade_drops_the_old_version() {
-        let mut s = NodeState::default();
-        s.upsert(entry("a", "1.0.0", Stage::Config, State::Complete));
-        s.upsert(entry("a", "2.0.0", Stage::Upgrade, State::InProgress));
-        assert!(apply_record(
-            &mut s,
-            &job("a", "2.0.0", Stage::Upgrade),
-            false,
-            Record::Complete
-        ));
-        assert!(s.get("a", "1.0.0").is_none());
-        assert!(s.get("a", "2.0.0").is_some());
-    }
+    use nodewright_shared::node_state::Stage;
+    use serde_json::json;
 
     /// One request the mock API server received: method, path and query, JSON body (`Null` if none).
     type Seen = std::sync::Arc<std::sync::Mutex<Vec<(http::Method, String, serde_json::Value)>>>;
@@ -581,8 +364,8 @@ mod tests {
             http::Request<kube::client::Body>,
             http::Response<kube::client::Body>,
         >,
-        job: Job,
-        pods: Vec<Pod>,
+        job: serde_json::Value,
+        pods: Vec<serde_json::Value>,
     ) -> (Seen, tokio::task::JoinHandle<()>) {
         let seen = Seen::default();
         let log = seen.clone();
@@ -609,7 +392,7 @@ mod tests {
                         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}),
                     ),
                     ("PATCH" | "DELETE", "/apis/batch/v1/namespaces/nodewright/jobs/j") => {
-                        (200, serde_json::to_value(&job).expect("job JSON"))
+                        (200, job.clone())
                     }
                     _ => (
                         404,
@@ -680,24 +463,25 @@ mod tests {
             image: "img".into(),
             container_sha: None,
         };
-        let job: Job = serde_json::from_value(json!({
+        let job_json = json!({
             "metadata": {"name": "j", "namespace": "nodewright", "uid": "u1",
                 "annotations": {keys::PACKAGE_ANNOTATION: annotation.to_json().expect("annotation")}},
             "spec": {"template": {"spec": {"nodeName": "node-a", "containers": []}}},
             "status": {"conditions": [
                 {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
                 {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
-        }))
-        .expect("job");
+        });
+        let job: StoredJob = serde_json::from_value(job_json.clone()).expect("job");
         // Every attempt was refused by kubelet admission: Failed, no container ever ran.
         let rejected = |name: &str| {
             json!({"metadata": {"name": name, "namespace": "nodewright",
                        "labels": {"batch.kubernetes.io/controller-uid": "u1"}},
                    "status": {"phase": "Failed", "reason": "OutOfcpu"}})
         };
-        let pods: Vec<Pod> = [rejected("j-a"), rejected("j-b")]
-            .into_iter()
-            .map(|p| serde_json::from_value(p).expect("pod"))
+        let pods_json = vec![rejected("j-a"), rejected("j-b")];
+        let pods: Vec<StoredPod> = pods_json
+            .iter()
+            .map(|p| serde_json::from_value(p.clone()).expect("pod"))
             .collect();
         assert_eq!(
             classify_job(&job, &pods, RecordedEvidence::None),
@@ -708,7 +492,7 @@ mod tests {
             http::Request<kube::client::Body>,
             http::Response<kube::client::Body>,
         >();
-        let (seen, server) = rejected_path_api_server(handle, job.clone(), pods);
+        let (seen, server) = rejected_path_api_server(handle, job_json, pods_json);
         let ctx = Arc::new(context_over(kube::Client::new(service, "nodewright")));
         let ttl = ctx.config.jobs.defaults.ttl_failed_seconds();
         reconcile(Arc::new(job), ctx)

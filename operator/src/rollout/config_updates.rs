@@ -34,6 +34,7 @@ use crate::jobs::merge_interrupts;
 use crate::node::edit::NodeEdit;
 use crate::node::state::parse_state;
 use crate::writes::Unchanged;
+use crate::writes::memo;
 
 /// Keys added or whose value changed, sorted (removed keys are ignored, as upstream).
 pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
@@ -215,6 +216,14 @@ pub async fn sync(
 ) -> Result<bool, ReconcileError> {
     let name = nodewright.name_any();
     let namespace = ctx.config.jobs.namespace.as_str();
+    // A generation whose ConfigMaps this term brought in line with no change pending needs no
+    // LIST on every pass (the memo expires, so a ConfigMap edited behind the operator's back is
+    // still caught).
+    let memo_key = format!("package-configmaps/{name}");
+    let memo_stamp = memo::stamp((&nodewright.metadata.uid, nodewright.metadata.generation));
+    if ctx.writer.memo().is_current(&memo_key, memo_stamp) {
+        return Ok(false);
+    }
     let existing = configmaps::list_package_configmaps(&ctx.client, namespace, &name).await?;
     let previous = nodewright
         .status
@@ -241,6 +250,9 @@ pub async fn sync(
         queue_on_node(ctx, &name, node, &changes).await?;
     }
     configmaps::sync_package_configmaps(&ctx.writer, nodewright, &existing, &hold).await?;
+    if !written && hold.is_empty() && changes.is_empty() {
+        ctx.writer.memo().remember(memo_key, memo_stamp);
+    }
     Ok(written)
 }
 

@@ -88,7 +88,8 @@ pub async fn sync_package_configmaps(
     Ok(changed)
 }
 
-/// Applies the node-metadata ConfigMap of `node` (before a Job that mounts it is created).
+/// Applies the node-metadata ConfigMap of `node` (before a Job that mounts it is created), unless
+/// this term already wrote the same content.
 pub async fn apply_node_metadata(
     writer: &Writer,
     nodewright: &NodeWright,
@@ -97,7 +98,7 @@ pub async fn apply_node_metadata(
 ) -> Result<(), ReconcileError> {
     let (cm_name, cm) = node_metadata_configmap(nodewright, node, writer.namespace(), agent_image)?;
     writer
-        .apply_configmap(&cm_name, &cm)
+        .apply_configmap_if_changed(&cm_name, &cm)
         .await
         .map_err(failed(format!(
             "applying ConfigMap {}/{cm_name}",

@@ -15,9 +15,10 @@ use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::jobs::drift;
 use crate::jobs::read::{JobIndex, Recorded, is_finished, is_suspended, package_of, recorded};
+use crate::jobs::stored::StoredJob;
 use crate::writes::failed;
 
-fn api(ctx: &Context) -> Api<Job> {
+fn api(ctx: &Context) -> Api<StoredJob> {
     Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace)
 }
 
@@ -34,7 +35,7 @@ pub enum Existing {
 }
 
 /// The decision for an existing Job of the same name (DESIGN §4.4).
-pub fn on_existing(existing: &Job) -> Existing {
+pub fn on_existing(existing: &StoredJob) -> Existing {
     if is_finished(existing)
         && matches!(
             recorded(existing),
@@ -176,7 +177,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn job(conditions: serde_json::Value, recorded: Option<&str>) -> Job {
+    fn job(conditions: serde_json::Value, recorded: Option<&str>) -> StoredJob {
         let annotations = recorded.map_or_else(
             || json!({}),
             |r| json!({"nodewright.nvidia.com/state-recorded": r}),

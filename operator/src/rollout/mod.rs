@@ -5,6 +5,8 @@
 //! Outcomes of the Jobs are recorded by [`crate::outcomes`]; this reconciler only reads them (from
 //! the node state and the Jobs' `state-recorded` annotation), so each fact has one writer.
 
+pub mod absorb;
+pub mod acts;
 pub mod auto_taint;
 pub mod batches;
 pub mod budget;
@@ -27,11 +29,9 @@ pub mod status;
 pub mod uninstall;
 pub mod wake;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Toleration};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -46,16 +46,13 @@ use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
 use crate::jobs::RuntimeTaint;
 use crate::jobs::read::JobIndex;
+use crate::jobs::stored::StoredJob;
 use crate::metrics::state::{self as state_metrics, Outcome};
 use crate::naming;
-use crate::node::edit::NodeEdit;
-use crate::node::{conditions, cordon};
 
-use self::pass::{PassDecision, PassInput};
+use self::pass::PassInput;
 use self::selection::{NodeSelection, selection_tolerations};
-use self::status::any_erroring;
-use crate::node::state::{parse_state, status_edit};
-use crate::writes::Unchanged;
+use crate::node::state::parse_state;
 
 /// The annotation value that turns pause or disable on.
 const ON: &str = "true";
@@ -266,12 +263,12 @@ pub(crate) fn selected_nodes(
 
 /// The Jobs of the NodeWright `name` (by its name label) among `every_job` (every Job the operator
 /// owns), and the nodes busy with a package Job of any NodeWright.
-pub(crate) fn own_jobs(name: &str, every_job: &[Arc<Job>]) -> JobIndex {
+pub(crate) fn own_jobs(name: &str, every_job: &[Arc<StoredJob>]) -> JobIndex {
     let label = naming::label_value(name);
     JobIndex::with_fleet(
         every_job
             .iter()
-            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(&label))
+            .filter(|j| j.nodewright.as_ref() == Some(&label))
             .cloned(),
         every_job,
     )
@@ -354,10 +351,10 @@ async fn decide_and_act(
         policy.as_ref(),
         &ctx.config.jobs.runtime_required_taint,
     );
-    let old_status = nw.status.clone().unwrap_or_default();
-    let input = PassInput {
+    let now = Timestamp::now();
+    let input_over = |old_status| PassInput {
         nodewright: &nw,
-        old_status: &old_status,
+        old_status,
         nodes: &nodes,
         gates: &gates,
         jobs: &jobs,
@@ -367,18 +364,39 @@ async fn decide_and_act(
         paused,
         disabled,
         deleting,
-        now: Timestamp::now(),
+        now,
     };
-    let mut decision = pass::decide(&input, &compartments);
+    let first_status = nw.status.clone().unwrap_or_default();
+    let first = pass::decide(&input_over(&first_status), &compartments);
+    // A batch starts only from a persisted state: when this pass changed one, persist it now and
+    // decide again, so the batch starts in this pass.
+    let persisted = pass::batch_states_to_persist(&input_over(&first_status), &first);
+    // The object the status write of this pass is guarded by (it changes if the pass writes early).
+    let mut written: Option<NodeWright> = None;
+    if let Some(status) = &persisted {
+        written = Some(
+            ctx.writer
+                .replace_nodewright_status(nodewright, status)
+                .await?,
+        );
+    }
+    let old_status = persisted.as_ref().unwrap_or(&first_status);
+    let mut decision = if persisted.is_some() {
+        pass::decide(&input_over(old_status), &compartments)
+    } else {
+        first
+    };
+    let nodewright = written.as_ref().unwrap_or(nodewright);
+    let input = input_over(old_status);
     for compartment in &decision.newly_stopped {
         warn!(nodewright = %name, %compartment, "failed batches reached the failure threshold; the rollout of this compartment stops until its batch state is reset");
     }
 
-    let acted = act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
+    let acted = acts::act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
     let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
 
     let status = pass::finish(&input, &compartments, decision, results);
-    if let Some((reason, message)) = newly_true(&old_status, &status, uninstall::DELETION_BLOCKED) {
+    if let Some((reason, message)) = newly_true(old_status, &status, uninstall::DELETION_BLOCKED) {
         ctx.events
             .warn_on_nodewright(nodewright, &reason, message, None)
             .await;
@@ -390,7 +408,7 @@ async fn decide_and_act(
     ctx.metrics
         .report(&name, state_metrics::samples(&nw, &status, &strategies));
     let rollup = status.status;
-    write_status(ctx, nodewright, &old_status, status).await?;
+    write_status(ctx, nodewright, old_status, status).await?;
     if let Some(e) = first_error {
         return Err(e);
     }
@@ -399,94 +417,6 @@ async fn decide_and_act(
         Some(Status::Complete) => Action::requeue(ctx.config.default_interval),
         _ => Action::requeue(IN_FLIGHT_RESYNC),
     })
-}
-
-/// What acting on the nodes did.
-struct Acted {
-    /// Per node: its records after the pass (`None`: malformed) and its status.
-    results: BTreeMap<String, (Option<NodeState>, Status)>,
-    /// Some work waits for a node to drain.
-    draining: bool,
-    /// The first failure (the other nodes were still worked on).
-    first_error: Option<ReconcileError>,
-}
-
-/// Advances the nodes the pass works on, marks the others (status, cordon release, runtime taint),
-/// then syncs every node's NodeWright conditions. A node's failure does not stop the others.
-async fn act_on_nodes(
-    ctx: &Context,
-    input: &PassInput<'_>,
-    decision: &mut PassDecision<'_>,
-    all_nodewrights: &[NodeWright],
-) -> Acted {
-    let name = input.nodewright.name_any();
-    let jobs = input.jobs;
-    let mut results: BTreeMap<String, (Option<NodeState>, Status)> = BTreeMap::new();
-    let mut first_error: Option<ReconcileError> = None;
-    let mut draining = false;
-    let names: Vec<String> = decision.rows.keys().cloned().collect();
-    for node_name in &names {
-        let idle = pass::idle_status(decision, input, node_name);
-        let works = decision.works_on(input, node_name);
-        let Some(row) = decision.rows.get_mut(node_name) else {
-            continue;
-        };
-        let Some(state) = row.state.clone() else {
-            results.insert(node_name.clone(), (None, Status::Blocked));
-            continue;
-        };
-        if works {
-            let first_plan = row.plan.take();
-            let node = row.node.clone();
-            let node_order = decision.node_order(node_name);
-            match node_work::advance(
-                ctx,
-                input.nodewright,
-                &node,
-                state.clone(),
-                first_plan,
-                jobs,
-                node_order,
-            )
-            .await
-            {
-                Ok(done) => {
-                    draining |= done.draining;
-                    results.insert(node_name.clone(), (Some(done.state), done.status));
-                }
-                Err(e) => {
-                    results.insert(node_name.clone(), (Some(state), idle));
-                    first_error.get_or_insert(e);
-                }
-            }
-        } else {
-            let lift_taint = row.complete
-                && input.nodewright.spec.runtime_required
-                && runtime_taint::runtime_ready(all_nodewrights, &row.node);
-            if let Err(e) = mark_node(ctx, &name, &row.node, idle, row.complete, lift_taint).await {
-                first_error.get_or_insert(e);
-            }
-            results.insert(node_name.clone(), (Some(state), idle));
-        }
-    }
-    // Node conditions `nodewright.nvidia.com/<nw>/{NotReady,Erroring}` (written only on a change).
-    for (node_name, (state, node_status)) in &results {
-        let (Some(row), Some(state)) = (decision.rows.get(node_name), state) else {
-            continue;
-        };
-        let complete = *node_status == Status::Complete;
-        let erroring = *node_status == Status::Erroring || any_erroring(input.nodewright, state);
-        let patch = conditions::sync_patch(&row.node, &name, complete, erroring, Timestamp::now());
-        if let Err(e) = ctx.writer.patch_node_conditions(&row.node, patch).await {
-            first_error.get_or_insert(e);
-        }
-    }
-
-    Acted {
-        results,
-        draining,
-        first_error,
-    }
 }
 
 /// The reason and message of the condition `type_` when `new` sets it True, or True for another
@@ -504,35 +434,6 @@ fn newly_true(
     };
     let now = true_in(new)?;
     (true_in(old).map(|(reason, _)| reason) != Some(now.0.clone())).then_some(now)
-}
-
-/// Writes the node's status annotation and label for a node not worked on this pass, releases the
-/// cordon of a complete node, and lifts the runtime-required taint once the node is runtime-ready.
-async fn mark_node(
-    ctx: &Context,
-    nodewright: &str,
-    node: &Node,
-    status: Status,
-    complete: bool,
-    lift_runtime_taint: bool,
-) -> Result<(), ReconcileError> {
-    ctx.writer
-        .write_node(node, Unchanged::Believe, |node| {
-            let mut edit = NodeEdit::default();
-            status_edit(&mut edit, nodewright, status);
-            if complete {
-                cordon::uncordon(&mut edit, node, nodewright);
-            }
-            if lift_runtime_taint {
-                edit.taints = runtime_taint::without_runtime_taint(
-                    node,
-                    &ctx.config.jobs.runtime_required_taint,
-                );
-            }
-            Some(edit)
-        })
-        .await?;
-    Ok(())
 }
 
 /// Writes the pass's status, only when it changed, and announces a change of the roll-up.

@@ -10,13 +10,14 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use tracing::debug;
 
+use super::absorb;
 use super::configmaps;
 use super::graph;
 use super::plan::{Creation, Plan, plan};
 use super::status::{NodeFacts, any_erroring, node_status};
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::jobs::read::JobIndex;
+use crate::jobs::read::{JobIndex, Recorded};
 use crate::jobs::{InterruptJobInput, PackageJobInput, build_interrupt_job, build_package_job};
 use crate::node::cordon;
 use crate::node::edit::{NodeEdit, NodeWriteError};
@@ -46,22 +47,38 @@ pub struct NodeResult {
     pub draining: bool,
 }
 
-/// Advances `nodewright` (defaulted) on `node`, starting from `first_plan` when the pass already
-/// planned the node from `state`. Retries with a fresh read when the cache was stale or the node
-/// changed under the write.
+/// What the pass hands [`advance`] for one node.
+pub struct NodeWork {
+    /// The node as cached.
+    pub node: Node,
+    /// Its records, with the completed Jobs in `absorbed` folded in ([`absorb`]).
+    pub state: NodeState,
+    /// Completed Jobs whose outcome `state` carries: marked recorded once it is written.
+    pub absorbed: Vec<String>,
+    /// The pass's plan of the node from `state`, if it made one.
+    pub plan: Option<Plan>,
+    /// `SKYHOOK_NODE_ORDER` of the node.
+    pub node_order: i64,
+}
+
+/// Advances `nodewright` (defaulted) on a node, starting from the pass's plan when it made one.
+/// Retries with a fresh read when the cache was stale or the node changed under the write.
 pub async fn advance(
     ctx: &Context,
     nodewright: &NodeWright,
-    node: &Node,
-    state: NodeState,
-    first_plan: Option<Plan>,
+    work: NodeWork,
     jobs: &JobIndex,
-    node_order: i64,
 ) -> Result<NodeResult, ReconcileError> {
+    let NodeWork {
+        node,
+        mut state,
+        mut absorbed,
+        plan: first_plan,
+        node_order,
+    } = work;
     let nw = nodewright.name_any();
     let name = node.name_any();
-    let mut node = node.clone();
-    let mut state = state;
+    let mut node = node;
     let mut fresh = false;
     // The pass already planned this node from the same cached state: the first attempt uses that.
     let mut first_plan = first_plan;
@@ -75,7 +92,7 @@ pub async fn advance(
             match reread(ctx, &nw, &name).await? {
                 Some((n, Some(s))) => {
                     node = n;
-                    state = s;
+                    (state, absorbed) = absorb::completions(nodewright, &name, s, jobs);
                     fresh = true;
                     continue;
                 }
@@ -108,7 +125,10 @@ pub async fn advance(
             ..NodeFacts::default()
         });
         let mut edit = NodeEdit::default();
-        if p.state != state || !node.annotations().contains_key(&keys::node_state_key(&nw)) {
+        // Against what the node holds, not `state`: absorbed outcomes are not written yet.
+        if parse_state(&node, &nw).as_ref() != Some(&p.state)
+            || !node.annotations().contains_key(&keys::node_state_key(&nw))
+        {
             edit.annotate(keys::node_state_key(&nw), p.state.to_annotation());
         }
         status_edit(&mut edit, &nw, status);
@@ -125,7 +145,7 @@ pub async fn advance(
                 match reread(ctx, &nw, &name).await? {
                     Some((n, Some(s))) => {
                         node = n;
-                        state = s;
+                        (state, absorbed) = absorb::completions(nodewright, &name, s, jobs);
                         fresh = true;
                         continue;
                     }
@@ -134,7 +154,9 @@ pub async fn advance(
             }
             Err(e) => return Err(e.into()),
         }
+        // The next stages first (the rollout's critical path), then the absorbed Jobs' marks.
         let draining = execute(ctx, nodewright, &node, &p, node_order).await?;
+        mark_absorbed(ctx, &absorbed).await?;
         if !cleared.is_empty() {
             announce_cleared(ctx, nodewright, &node, &cleared).await;
         }
@@ -150,6 +172,21 @@ pub async fn advance(
         status: Status::Blocked,
         draining: false,
     })
+}
+
+/// Marks the completed Jobs whose outcomes a node write just recorded ([`absorb`]).
+pub async fn mark_absorbed(ctx: &Context, absorbed: &[String]) -> Result<(), ReconcileError> {
+    for job in absorbed {
+        ctx.writer
+            .mark_job_recorded(
+                job,
+                Recorded::Complete,
+                ctx.config.jobs.defaults.ttl_succeeded_seconds(),
+            )
+            .await?;
+        debug!(%job, "outcome recorded with the node's next stage");
+    }
+    Ok(())
 }
 
 /// The stages this pass starts again over an `erroring` record of the same stage: a timed-out stage

@@ -14,7 +14,6 @@ use kube::ResourceExt;
 use nodewright_shared::api::{BatchState, CompartmentStatus, NodeWright, NodeWrightStatus, Status};
 use nodewright_shared::node_state::{NodeState, State};
 
-use super::batches;
 use super::budget::{Slot, admit};
 use super::compartments::Compartment;
 use super::graph;
@@ -22,6 +21,7 @@ use super::plan::{Plan, plan};
 use super::priority::{self, Gate};
 use super::selection::{Blocker, blocker};
 use super::status::{self, NodeFacts, StatusInput, any_erroring, node_status};
+use super::{absorb, batches};
 use super::{reboots, uninstall};
 use crate::jobs::read::JobIndex;
 use crate::node::state::parse_state;
@@ -58,8 +58,11 @@ pub struct PassInput<'a> {
 pub struct NodeRow {
     /// The node (cached).
     pub node: Arc<Node>,
-    /// Its records for this NodeWright; `None` when malformed (never overwritten).
+    /// Its records for this NodeWright, with the outcomes of its completed, unrecorded Jobs folded
+    /// in ([`absorb`]); `None` when malformed (never overwritten).
     pub state: Option<NodeState>,
+    /// The completed Jobs folded into `state`: marked recorded once `state` is written.
+    pub absorbed: Vec<String>,
     /// Ignored, an untolerated taint, or a malformed state.
     pub blocked: bool,
     /// An earlier NodeWright is not done here yet.
@@ -100,16 +103,20 @@ pub struct PassDecision<'c> {
 }
 
 impl PassDecision<'_> {
-    /// The node's `SKYHOOK_NODE_ORDER`: its place among admitted nodes, after those that left.
-    pub fn node_order(&self, node: &str) -> i64 {
+    /// Every admitted node's `SKYHOOK_NODE_ORDER`: its place among admitted nodes, after those that
+    /// left (a node not admitted would come first: the offset).
+    pub fn node_orders(&self) -> BTreeMap<String, i64> {
         let mut order: Vec<(&Time, &String)> =
             self.node_priority.iter().map(|(n, t)| (t, n)).collect();
         order.sort();
-        let index = order
-            .iter()
-            .position(|(_, n)| *n == node)
-            .unwrap_or_default();
-        i64::try_from(index).unwrap_or_default() + i64::from(self.node_order_offset)
+        order
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, n))| {
+                let index = i64::try_from(i).unwrap_or_default();
+                (n.clone(), index + i64::from(self.node_order_offset))
+            })
+            .collect()
     }
 
     /// The facts that decide the node's status, before this pass worked on it.
@@ -157,7 +164,13 @@ fn rows(input: &PassInput<'_>) -> (BTreeMap<String, NodeRow>, Vec<String>, Vec<S
     let (mut ignored, mut untolerated) = (Vec::new(), Vec::new());
     for node in input.nodes {
         let node_name = node.name_any();
-        let state = parse_state(node, &name);
+        let (state, absorbed) = match parse_state(node, &name) {
+            Some(stored) => {
+                let (state, absorbed) = absorb::completions(nw, &node_name, stored, input.jobs);
+                (Some(state), absorbed)
+            }
+            None => (None, Vec::new()),
+        };
         let reason = blocker(node, input.tolerations);
         match &reason {
             Some(Blocker::Ignored) => ignored.push(node_name.clone()),
@@ -177,6 +190,7 @@ fn rows(input: &PassInput<'_>) -> (BTreeMap<String, NodeRow>, Vec<String>, Vec<S
                 blocked: state.is_none() || reason.is_some(),
                 waits: priority::waits(input.gates, node),
                 state,
+                absorbed,
                 plan,
             },
         );
@@ -261,6 +275,41 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
         node_priority,
         node_order_offset: offset,
     }
+}
+
+/// The status to write before acting, when this pass's batch evaluation changed a compartment's
+/// batch state: a new batch starts only from a persisted state ([`batches::step`], so a crash can
+/// never leave a batch running that its state does not account for). Written at once and decided
+/// again, the batch starts in this pass instead of the next one (which the status write would
+/// wake a round trip later). `None` when no batch state changed, or nothing may start anyway.
+pub fn batch_states_to_persist(
+    input: &PassInput<'_>,
+    decision: &PassDecision<'_>,
+) -> Option<NodeWrightStatus> {
+    if input.paused || input.disabled || input.missing_policy {
+        return None;
+    }
+    let old = input.old_status;
+    let mut status = old.clone();
+    let mut changed = false;
+    for (name, state) in &decision.batch_states {
+        let Some(state) = state else { continue };
+        let before = old
+            .compartment_statuses
+            .get(name)
+            .and_then(|c| c.batch_state.as_ref());
+        if before != Some(state) {
+            status
+                .compartment_statuses
+                .entry(name.clone())
+                .or_default()
+                .batch_state = Some(state.clone());
+            changed = true;
+        }
+    }
+    // The persisted state is that of the current versions (a version change reset it).
+    status.package_list = status::package_list(input.nodewright);
+    changed.then_some(status)
 }
 
 fn to_i32(n: usize) -> i32 {
@@ -576,8 +625,8 @@ mod tests {
         // n0 completed: it leaves nodePriority and the offset counts it; n1 keeps its place, n2 joins.
         assert_eq!(d.node_order_offset, 4);
         assert!(!d.node_priority.contains_key("n0"));
-        assert_eq!(d.node_order("n2"), 4, "admitted at the epoch: first");
-        assert_eq!(d.node_order("n1"), 5);
+        assert_eq!(d.node_orders()["n2"], 4, "admitted at the epoch: first");
+        assert_eq!(d.node_orders()["n1"], 5);
         assert!(!d.works_on(&input, "n0"));
         assert_eq!(idle_status(&d, &input, "n0"), Status::Complete);
     }
@@ -617,5 +666,41 @@ mod tests {
         let d = decide(&input, &compartments);
         assert!(d.active.is_empty());
         assert_eq!(idle_status(&d, &input, "n1"), Status::Paused);
+    }
+
+    #[test]
+    fn a_new_batch_state_is_persisted_then_its_batch_starts_in_the_same_pass() {
+        use nodewright_shared::api::{BatchParameters, DeploymentStrategy};
+        let nw = nodewright("nw", 200, Sequencing::Node);
+        let (n1, n2) = (node("n1", &[], &[]), node("n2", &[], &[]));
+        let mut fixture = Fixture::new(nw, vec![n1.clone(), n2.clone()]);
+        let mut compartments = compartment(&[&n1, &n2], 2);
+        compartments[0].strategy = Some(DeploymentStrategy {
+            fixed: Some(BatchParameters {
+                initial_batch: Some(1),
+                ..BatchParameters::default()
+            }),
+            ..DeploymentStrategy::default()
+        });
+        // No batch state yet: the first decision admits nobody and says what to persist.
+        let first = decide(&fixture.input(&[]), &compartments);
+        assert!(first.active.is_empty());
+        let persisted =
+            batch_states_to_persist(&fixture.input(&[]), &first).expect("a batch state to persist");
+        assert_eq!(
+            persisted.package_list,
+            status::package_list(&fixture.nw),
+            "persisted with the versions it is for"
+        );
+        // Decided again over the persisted state, the first batch starts.
+        fixture.old = persisted;
+        let again = decide(&fixture.input(&[]), &compartments);
+        assert_eq!(again.active.iter().collect::<Vec<_>>(), ["n1"]);
+        assert!(batch_states_to_persist(&fixture.input(&[]), &again).is_none());
+        // Paused: nothing is persisted early (nothing may start).
+        fixture.old = NodeWrightStatus::default();
+        fixture.paused = true;
+        let paused = decide(&fixture.input(&[]), &compartments);
+        assert!(batch_states_to_persist(&fixture.input(&[]), &paused).is_none());
     }
 }

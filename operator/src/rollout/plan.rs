@@ -315,6 +315,7 @@ fn interrupt_phase(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::stored::StoredJob;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
@@ -376,8 +377,8 @@ mod tests {
         s
     }
 
-    fn job(name: String, condition: Option<&str>, recorded: Option<Recorded>) -> Job {
-        Job {
+    fn job(name: String, condition: Option<&str>, recorded: Option<Recorded>) -> StoredJob {
+        StoredJob::of(&Job {
             metadata: ObjectMeta {
                 name: Some(name),
                 annotations: recorded.map(|r| {
@@ -407,10 +408,15 @@ mod tests {
                 }]),
                 ..JobStatus::default()
             }),
-        }
+        })
     }
 
-    fn package_job(pkg: &str, stage: Stage, condition: Option<&str>, rec: Option<Recorded>) -> Job {
+    fn package_job(
+        pkg: &str,
+        stage: Stage,
+        condition: Option<&str>,
+        rec: Option<Recorded>,
+    ) -> StoredJob {
         job(
             naming::package_job_name("nw", pkg, "1.0.0", stage, "n1"),
             condition,

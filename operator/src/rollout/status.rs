@@ -323,14 +323,6 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
         super::uninstall::set_condition(&mut conditions, type_, value, generation, now);
     }
 
-    let mut package_list: Vec<String> = nodewright
-        .spec
-        .packages
-        .iter()
-        .map(|(k, p)| format!("{k}:{}", p.version))
-        .collect();
-    package_list.sort();
-
     NodeWrightStatus {
         observed_generation: if ready {
             generation
@@ -356,8 +348,20 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
         compartment_statuses: input.compartments,
         nodes_in_progress: i32::try_from(in_progress).unwrap_or(i32::MAX),
         complete_nodes: format!("{complete}/{total}"),
-        package_list: package_list.join(","),
+        package_list: package_list(nodewright),
     }
+}
+
+/// `status.packageList`: `name:version` of every package, sorted (a version change is read from it).
+pub fn package_list(nodewright: &NodeWright) -> String {
+    let mut list: Vec<String> = nodewright
+        .spec
+        .packages
+        .iter()
+        .map(|(k, p)| format!("{k}:{}", p.version))
+        .collect();
+    list.sort();
+    list.join(",")
 }
 
 #[cfg(test)]

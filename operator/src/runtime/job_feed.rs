@@ -12,13 +12,12 @@ use std::sync::Arc;
 
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::runtime::cache_trim;
+use crate::jobs::stored::StoredJob;
 
 /// The two trigger streams of one Job watch.
 pub(crate) struct JobFeed<R, O> {
@@ -35,23 +34,22 @@ pub(crate) struct JobFeed<R, O> {
 /// The flag is set from the watch's own `InitDone`, not by waiting on the store: a store's ready
 /// signal wakes only one of its waiters, and the outcome controller already waits on it.
 pub(crate) fn job_feed(
-    api: Api<Job>,
+    api: Api<StoredJob>,
     config: watcher::Config,
-    writer: reflector::store::Writer<Job>,
-    store: Store<Job>,
+    writer: reflector::store::Writer<StoredJob>,
+    store: Store<StoredJob>,
     synced: watch::Sender<bool>,
 ) -> JobFeed<
-    impl Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
-    impl Stream<Item = Arc<Job>> + Send + 'static,
+    impl Stream<Item = Result<StoredJob, watcher::Error>> + Send + 'static,
+    impl Stream<Item = Arc<StoredJob>> + Send + 'static,
 > {
     // Unbounded: the outcome controller moves each reference into its scheduler at once (where
     // repeats of one Job collapse), so the queue holds at most the events of one burst.
-    let (tx, rx) = mpsc::unbounded::<ObjectRef<Job>>();
+    let (tx, rx) = mpsc::unbounded::<ObjectRef<StoredJob>>();
     let rollout = reflector::reflector(
         writer,
-        watcher(api, config)
-            .default_backoff()
-            .modify(cache_trim::job),
+        // Decoded as StoredJobs: only what the controllers read is kept.
+        watcher(api, config).default_backoff(),
     )
     .inspect_ok(move |event| {
         // The reflector yields an event after applying it to the store.

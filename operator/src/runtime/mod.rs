@@ -2,9 +2,9 @@
 //! (health, readiness, metrics), telemetry, and the caches every replica keeps warm.
 
 pub mod admin;
-pub(crate) mod cache_trim;
 pub mod config;
 pub(crate) mod job_feed;
 pub mod leader;
 pub(crate) mod nodes;
+pub(crate) mod pod_feed;
 pub mod telemetry;

@@ -10,24 +10,49 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use nodewright_shared::keys;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span, warn};
 
-/// Drops what the operator never reads from a cached node.
+/// Drops what the operator never reads from a cached node: of its status only the boot ID (reboot
+/// detection) and the operator's own conditions (written only on a change) stay; of its spec the
+/// taints and `unschedulable`. Addresses, capacity, images, daemon endpoints, system info and the
+/// kubelet's conditions are most of a node and none of the operator's business.
 pub fn trim(node: &mut Node) {
     node.metadata.managed_fields = None;
+    if let Some(spec) = node.spec.as_mut() {
+        *spec = NodeSpec {
+            taints: spec.taints.take(),
+            unschedulable: spec.unschedulable.take(),
+            ..NodeSpec::default()
+        };
+    }
     if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.volumes_in_use = None;
-        status.volumes_attached = None;
-        for condition in status.conditions.iter_mut().flatten() {
-            condition.last_heartbeat_time = None;
-        }
+        let boot_id = status.node_info.take().map(|info| info.boot_id);
+        let conditions: Vec<NodeCondition> = status
+            .conditions
+            .take()
+            .into_iter()
+            .flatten()
+            .filter(|c| c.type_.starts_with(keys::PREFIX))
+            .map(|c| NodeCondition {
+                last_heartbeat_time: None,
+                ..c
+            })
+            .collect();
+        *status = NodeStatus {
+            node_info: boot_id.map(|boot_id| NodeSystemInfo {
+                boot_id,
+                ..NodeSystemInfo::default()
+            }),
+            conditions: (!conditions.is_empty()).then_some(conditions),
+            ..NodeStatus::default()
+        };
     }
 }
 
@@ -110,7 +135,7 @@ pub fn changes(rx: broadcast::Receiver<Node>) -> impl Stream<Item = NodeChange> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::api::core::v1::{NodeAddress, Taint};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
@@ -139,5 +164,75 @@ mod tests {
         assert_eq!(rollout_relevant(&node), before);
         node.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
         assert_ne!(rollout_relevant(&node), before);
+    }
+
+    #[test]
+    fn a_cached_node_keeps_what_the_rollout_reads() {
+        let ours = format!("{}gpu/NotReady", keys::PREFIX);
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                labels: Some([("pool".to_owned(), "gpu".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidr: Some("10.0.0.0/24".into()),
+                unschedulable: Some(true),
+                taints: Some(vec![Taint {
+                    key: "k".into(),
+                    effect: "NoSchedule".into(),
+                    ..Taint::default()
+                }]),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: Some(vec![NodeAddress {
+                    address: "10.0.0.1".into(),
+                    type_: "InternalIP".into(),
+                }]),
+                conditions: Some(vec![
+                    NodeCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..NodeCondition::default()
+                    },
+                    NodeCondition {
+                        type_: ours.clone(),
+                        status: "True".into(),
+                        last_heartbeat_time: Some(Time(Timestamp::UNIX_EPOCH)),
+                        ..NodeCondition::default()
+                    },
+                ]),
+                node_info: Some(NodeSystemInfo {
+                    boot_id: "boot-1".into(),
+                    kernel_version: "6.1".into(),
+                    ..NodeSystemInfo::default()
+                }),
+                ..NodeStatus::default()
+            }),
+        };
+        let before = rollout_relevant(&node);
+        trim(&mut node);
+        assert_eq!(
+            rollout_relevant(&node),
+            before,
+            "nothing a rollout reads changed"
+        );
+        let spec = node.spec.clone().unwrap_or_default();
+        assert_eq!(
+            (spec.unschedulable, spec.taints.map(|t| t.len())),
+            (Some(true), Some(1))
+        );
+        assert!(spec.pod_cidr.is_none());
+        let status = node.status.unwrap_or_default();
+        assert!(status.addresses.is_none());
+        let conditions = status.conditions.unwrap_or_default();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].type_, ours);
+        assert!(conditions[0].last_heartbeat_time.is_none());
+        assert_eq!(
+            status.node_info.map(|i| i.boot_id).as_deref(),
+            Some("boot-1")
+        );
     }
 }

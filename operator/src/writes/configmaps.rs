@@ -25,8 +25,35 @@ impl Writer {
             .await?)
     }
 
+    /// [`Writer::apply_configmap`], unless this term already applied the same content less than
+    /// [`super::memo::MEMO_TTL`] ago. Returns whether a request was sent.
+    pub async fn apply_configmap_if_changed(
+        &self,
+        name: &str,
+        cm: &ConfigMap,
+    ) -> Result<bool, WriteError> {
+        let key = format!("configmap/{name}");
+        // The applied object's JSON is its content (metadata, data and owner included).
+        let content = serde_json::to_string(cm).unwrap_or_default();
+        let stamp = super::memo::stamp(&content);
+        if self.memo.is_current(&key, stamp) {
+            return Ok(false);
+        }
+        match self.apply_configmap(name, cm).await {
+            Ok(_) => {
+                self.memo.remember(key, stamp);
+                Ok(true)
+            }
+            Err(e) => {
+                self.memo.forget(&key);
+                Err(e)
+            }
+        }
+    }
+
     /// Deletes the ConfigMap `name`.
     pub async fn delete_configmap(&self, name: &str) -> Result<(), WriteError> {
+        self.memo.forget(&format!("configmap/{name}"));
         self.configmaps()?
             .delete(name, &DeleteParams::default())
             .await?;

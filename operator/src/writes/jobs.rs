@@ -6,8 +6,12 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use tracing::info;
 
-use super::{WriteError, Writer};
+use nodewright_shared::keys;
+use serde_json::json;
+
+use super::{WriteError, Writer, failed};
 use crate::error::ReconcileError;
+use crate::jobs::read::Recorded;
 
 impl Writer {
     fn jobs(&self) -> Result<Api<Job>, WriteError> {
@@ -45,5 +49,23 @@ impl Writer {
             .jobs()?
             .patch(name, &PatchParams::default(), &Patch::Merge(merge))
             .await?)
+    }
+
+    /// Marks the Job `name`'s outcome as recorded in node state and starts its TTL: from then on
+    /// the Job may be deleted (DESIGN §4.4: never before its outcome is recorded).
+    pub async fn mark_job_recorded(
+        &self,
+        name: &str,
+        outcome: Recorded,
+        ttl_seconds: i32,
+    ) -> Result<(), ReconcileError> {
+        let patch = json!({
+            "metadata": {"annotations": {keys::STATE_RECORDED_ANNOTATION: outcome.as_str()}},
+            "spec": {"ttlSecondsAfterFinished": ttl_seconds},
+        });
+        self.patch_job(name, patch)
+            .await
+            .map_err(failed(format!("marking Job {name} as recorded")))?;
+        Ok(())
     }
 }

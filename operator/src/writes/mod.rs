@@ -13,6 +13,7 @@ mod event_filter;
 mod events;
 mod jobs;
 mod lease;
+pub(crate) mod memo;
 mod nodes;
 mod nodewrights;
 mod pods;
@@ -70,6 +71,8 @@ pub struct Writer {
     /// The operator's namespace: Jobs, their pods, package ConfigMaps, the webhook's Secrets.
     namespace: String,
     term: CancellationToken,
+    /// What this term wrote already (shared by the writer's clones).
+    memo: std::sync::Arc<memo::WriteMemo>,
 }
 
 impl Writer {
@@ -79,7 +82,13 @@ impl Writer {
             client,
             namespace: namespace.to_owned(),
             term,
+            memo: std::sync::Arc::default(),
         }
+    }
+
+    /// What this term wrote already ([`memo`]).
+    pub fn memo(&self) -> &memo::WriteMemo {
+        &self.memo
     }
 
     /// Whether the term still leads (a write would be sent).

@@ -26,12 +26,13 @@ impl Writer {
     /// nodes that left are dropped too), only for the version of the object it was computed from:
     /// a `test` of the resourceVersion makes a write from a stale cache fail with 422 (a conflict,
     /// retried at once on a fresh read) instead of overwriting a newer status (e.g. rolling a
-    /// batch state back). The one way the operator writes a NodeWright's status.
+    /// batch state back). The one way the operator writes a NodeWright's status. Returns the object
+    /// as written (its new resourceVersion guards the next write of the same pass).
     pub async fn replace_nodewright_status(
         &self,
         nodewright: &NodeWright,
         status: &NodeWrightStatus,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<NodeWright, ReconcileError> {
         let name = nodewright.name_any();
         let json = |what: &str| {
             let what = format!("{what} of NodeWright {name}");
@@ -49,8 +50,7 @@ impl Writer {
             .await
             .map_err(super::failed(format!(
                 "writing the status of NodeWright {name}"
-            )))?;
-        Ok(())
+            )))
     }
 
     /// Patches the NodeWright's status subresource.

@@ -12,45 +12,50 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use nodewright_shared::api::Package;
 
-use super::{Findings, child};
+use super::{Findings, Path, child};
 
 /// At most this many cycles are spelled out; the rest are summarised in one more message.
 const MAX_CYCLES: usize = 10;
 
 /// Checks the `dependsOn` of every package (keyed by package name).
 pub fn check(packages: &BTreeMap<String, Package>, f: &mut Findings) {
-    let names: Vec<&str> = packages.keys().map(String::as_str).collect();
-    let index: BTreeMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (*n, i)).collect();
-    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
+    // In name order (the map's), so a dependency's index is found by binary search.
+    let entries: Vec<(&str, &Package)> = packages.iter().map(|(k, p)| (k.as_str(), p)).collect();
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); entries.len()];
+    let packages_path = Path::Root("spec.packages");
 
-    for (from, (key, package)) in packages.iter().enumerate() {
-        let base = child(&child("spec.packages", key), "dependsOn");
+    for (from, (key, package)) in entries.iter().enumerate() {
+        let package_path = packages_path.child(key);
+        let base = package_path.child("dependsOn");
         for (dep, version) in &package.depends_on {
-            let path = child(&base, dep);
-            let target = packages.get(dep);
+            let path = base.child(dep);
+            let target = entries
+                .binary_search_by(|(name, _)| (*name).cmp(dep.as_str()))
+                .ok()
+                .map(|to| (to, entries[to].1));
             if version.is_empty() {
                 let hint = target
-                    .map(|t| format!(" (this NodeWright has {dep} {})", t.version))
+                    .map(|(_, t)| format!(" (this NodeWright has {dep} {})", t.version))
                     .unwrap_or_default();
                 f.error(
-                    path,
+                    &path,
                     format!(
                         "the version of {dep:?} is empty: write the exact version of {dep} this package needs{hint}"
                     ),
                 );
                 continue;
             }
-            match (target, index.get(dep.as_str())) {
-                (Some(t), Some(&to)) if t.version == *version => edges[from].push(to),
-                (Some(t), _) => f.error(
-                    path,
+            match target {
+                Some((to, t)) if t.version == *version => edges[from].push(to),
+                Some((_, t)) => f.error(
+                    &path,
                     format!(
                         "depends on \"{dep}|{version}\", which is not in this NodeWright (it has \"{dep}|{have}\"): set the dependency to {have:?}, or change the version of {dep}",
                         have = t.version
                     ),
                 ),
-                (None, _) => f.error(
-                    path,
+                None => f.error(
+                    &path,
                     format!(
                         "depends on \"{dep}|{version}\", but there is no package {dep:?} in this NodeWright: add it to spec.packages or remove this entry"
                     ),
@@ -58,11 +63,54 @@ pub fn check(packages: &BTreeMap<String, Package>, f: &mut Findings) {
             }
         }
     }
+    // Most dependency graphs have no cycle: one depth-first pass says so, and only a graph with a
+    // cycle is taken apart to name them.
+    if !has_cycle(&edges) {
+        return;
+    }
     for e in &mut edges {
         e.sort_unstable();
         e.dedup();
     }
+    let names: Vec<&str> = entries.iter().map(|(name, _)| *name).collect();
     report_cycles(&names, &edges, f);
+}
+
+/// Whether the graph has a cycle (a self-loop included): an iterative depth-first search that
+/// meets a vertex still on its path.
+fn has_cycle(edges: &[Vec<usize>]) -> bool {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    let mut mark = vec![Mark::New; edges.len()];
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    for root in 0..edges.len() {
+        if mark[root] != Mark::New {
+            continue;
+        }
+        mark[root] = Mark::OnPath;
+        stack.push((root, 0));
+        while let Some((v, next)) = stack.pop() {
+            match edges[v].get(next) {
+                Some(&w) => {
+                    stack.push((v, next + 1));
+                    match mark[w] {
+                        Mark::OnPath => return true,
+                        Mark::New => {
+                            mark[w] = Mark::OnPath;
+                            stack.push((w, 0));
+                        }
+                        Mark::Done => {}
+                    }
+                }
+                None => mark[v] = Mark::Done,
+            }
+        }
+    }
+    false
 }
 
 /// Reports the cycles of the graph `edges` over `names` (both in name order, so deterministic).

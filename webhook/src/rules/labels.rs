@@ -49,10 +49,10 @@ fn is_subdomain_shaped(s: &str) -> bool {
 /// Why `key` is not a valid label key (`[prefix/]name`); empty when it is.
 pub fn qualified_name_errors(key: &str) -> Vec<String> {
     let mut errors = Vec::new();
-    let parts: Vec<&str> = key.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
+    let mut parts = key.split('/');
+    let name = match (parts.next(), parts.next(), parts.next()) {
+        (Some(name), None, _) => name,
+        (Some(prefix), Some(name), None) => {
             if prefix.is_empty() {
                 errors.push("the prefix before '/' must not be empty".to_owned());
             } else if prefix.len() > MAX_SUBDOMAIN_LEN {
@@ -64,7 +64,7 @@ pub fn qualified_name_errors(key: &str) -> Vec<String> {
                     "the prefix {prefix:?} must be a lowercase DNS subdomain such as example.com"
                 ));
             }
-            *name
+            name
         }
         _ => {
             return vec![
@@ -102,6 +102,22 @@ pub fn label_value_errors(value: &str) -> Vec<String> {
         errors.push(format!("a label value must be empty or {NAME_SHAPE}"));
     }
     errors
+}
+
+/// Whether `{first}-{second}` is a valid label value, decided without building it: exactly when
+/// [`label_value_errors`] of the joined string is empty.
+pub fn joined_label_value_is_valid(first: &str, second: &str) -> bool {
+    let shaped = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
+    first.len() + 1 + second.len() <= MAX_LABEL_LEN
+        && first
+            .as_bytes()
+            .first()
+            .is_some_and(u8::is_ascii_alphanumeric)
+        && second
+            .as_bytes()
+            .last()
+            .is_some_and(u8::is_ascii_alphanumeric)
+        && first.bytes().chain(second.bytes()).all(|c| shaped(&c))
 }
 
 #[cfg(test)]
@@ -152,6 +168,36 @@ mod tests {
                 !qualified_name_errors(k).is_empty(),
                 "{k:?} should be rejected"
             );
+        }
+    }
+
+    #[test]
+    fn joined_label_values_are_judged_as_the_joined_string() {
+        let long = "a".repeat(62);
+        let parts = [
+            "",
+            "a",
+            "tools",
+            "1.0.0",
+            "1.0.0-rc.1",
+            "1.0.0+build",
+            "-a",
+            "a-",
+            "a_b",
+            "a b",
+            "é",
+            "A.b",
+            &long,
+        ];
+        for first in parts {
+            for second in parts {
+                let joined = format!("{first}-{second}");
+                assert_eq!(
+                    joined_label_value_is_valid(first, second),
+                    label_value_errors(&joined).is_empty(),
+                    "{joined:?}"
+                );
+            }
         }
     }
 

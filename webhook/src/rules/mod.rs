@@ -159,6 +159,38 @@ impl Findings {
     }
 }
 
+/// A field path that is only spelled out when a finding needs it, so that checking a valid object
+/// builds no path strings. `Root("spec.packages").child("tools")` renders as [`child`] composes
+/// (`spec.packages.tools`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Path<'a> {
+    /// A path written out, e.g. `spec.packages`.
+    Root(&'a str),
+    /// The entry `key` of the map at the parent path.
+    Child(&'a Path<'a>, &'a str),
+}
+
+impl<'a> Path<'a> {
+    /// The entry `key` of the map at this path.
+    pub(crate) fn child(&'a self, key: &'a str) -> Path<'a> {
+        Path::Child(self, key)
+    }
+
+    /// The path as findings spell it.
+    pub(crate) fn render(&self) -> String {
+        match self {
+            Path::Root(path) => (*path).to_owned(),
+            Path::Child(parent, key) => child(&parent.render(), key),
+        }
+    }
+}
+
+impl From<&Path<'_>> for String {
+    fn from(path: &Path<'_>) -> String {
+        path.render()
+    }
+}
+
 /// The path of a map entry: `parent.key` for plain keys, `parent[key]` (the Kubernetes notation) when
 /// the key contains characters such as `.` or `*` that would make a dotted path ambiguous.
 pub(crate) fn child(parent: &str, key: &str) -> String {
@@ -229,6 +261,25 @@ mod tests {
         );
         assert_eq!(child("x", ""), "x[]");
         assert_eq!(item("spec.compartments", 1), "spec.compartments[1]");
+    }
+
+    #[test]
+    fn lazy_paths_render_as_composed_ones() {
+        let root = Path::Root("spec.packages");
+        let package = root.child("tools");
+        let entry = package.child("configInterrupts");
+        assert_eq!(
+            String::from(&entry.child("*.conf")),
+            child(
+                &child(&child("spec.packages", "tools"), "configInterrupts"),
+                "*.conf"
+            )
+        );
+        assert_eq!(
+            entry.child("*.conf").render(),
+            "spec.packages.tools.configInterrupts[*.conf]"
+        );
+        assert_eq!(root.render(), "spec.packages");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Rules for one entry of `spec.packages` (key K): name, version, image, configInterrupts, resources,
 //! uninstall, stageTimeout and gracefulShutdown. Dependencies between packages are in `graph`.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use nodewright_shared::api::{PACKAGE_NAME_PATTERN, Package};
@@ -9,8 +10,8 @@ use nodewright_shared::duration::GoDuration;
 use nodewright_shared::glob;
 use regex::Regex;
 
-use super::labels::label_value_errors;
-use super::{Findings, child, image, resources, semver, short_list};
+use super::labels::{joined_label_value_is_valid, label_value_errors};
+use super::{Findings, Path, image, resources, semver, short_list};
 
 /// The package-name pattern, compiled once. Compiling a constant cannot fail at runtime in a way
 /// input could influence; a test pins that it compiles.
@@ -24,18 +25,19 @@ fn is_package_name(key: &str) -> bool {
 
 /// The version as Go's semver package needs it: upstream prepends `v` unless the version starts
 /// with one, so `1.2.3` and `v1.2.3` are both accepted.
-pub fn semver_text(version: &str) -> String {
+pub fn semver_text(version: &str) -> Cow<'_, str> {
     if version.starts_with('v') {
-        version.to_owned()
+        Cow::Borrowed(version)
     } else {
-        format!("v{version}")
+        Cow::Owned(format!("v{version}"))
     }
 }
 
 /// Checks the package at `spec.packages.<key>`.
 pub fn check(key: &str, package: &Package, f: &mut Findings) {
-    let path = child("spec.packages", key);
-    let at = |field: &str| child(&path, field);
+    let packages = Path::Root("spec.packages");
+    let path = packages.child(key);
+    let at = |field: &str| path.child(field).render();
 
     if let Some(name) = &package.name
         && name != key
@@ -55,20 +57,20 @@ pub fn check(key: &str, package: &Package, f: &mut Findings) {
             ),
         );
     }
-    check_version(key, &package.version, &at("version"), f);
+    check_version(key, &package.version, &path.child("version"), f);
     for e in image::image_errors(&package.image, &package.version) {
         f.error(at("image"), e);
     }
-    check_config_interrupts(package, &at("configInterrupts"), f);
+    check_config_interrupts(package, &path.child("configInterrupts"), f);
     if let Some(r) = &package.resources {
-        resources::check(r, &at("resources"), f);
+        resources::check(r, &path.child("resources"), f);
     }
     if let Some(u) = &package.uninstall
         && u.apply
         && !u.enabled
     {
         f.error(
-            child(&at("uninstall"), "apply"),
+            &path.child("uninstall").child("apply"),
             "uninstall.apply requires uninstall.enabled to be true: set uninstall.enabled: true (the package must ship uninstall scripts), or remove uninstall.apply",
         );
     }
@@ -91,7 +93,7 @@ pub fn check(key: &str, package: &Package, f: &mut Findings) {
 
 /// `version` is a semantic version (it is the image tag and is ordered for downgrades) and, as
 /// `<K>-<version>`, a valid label value (Jobs and pods are labelled with it).
-fn check_version(key: &str, version: &str, path: &str, f: &mut Findings) {
+fn check_version(key: &str, version: &str, path: &Path<'_>, f: &mut Findings) {
     if version.is_empty() {
         f.error(
             path,
@@ -99,7 +101,8 @@ fn check_version(key: &str, version: &str, path: &str, f: &mut Findings) {
         );
         return;
     }
-    if let Err(e) = semver::parse(&semver_text(version)) {
+    // `semver::parse(&semver_text(version))`, without building the v-prefixed text.
+    if let Err(e) = semver::parse_after_v(version.strip_prefix('v').unwrap_or(version)) {
         f.error(
             path,
             format!(
@@ -107,6 +110,9 @@ fn check_version(key: &str, version: &str, path: &str, f: &mut Findings) {
             ),
         );
         // The label-value check would only repeat the problem in other words.
+        return;
+    }
+    if joined_label_value_is_valid(key, version) {
         return;
     }
     let label = format!("{key}-{version}");
@@ -128,18 +134,23 @@ fn check_version(key: &str, version: &str, path: &str, f: &mut Findings) {
 }
 
 /// Every `configInterrupts` key names a `configMap` key, or is a `*` glob matching at least one.
-fn check_config_interrupts(package: &Package, path: &str, f: &mut Findings) {
+fn check_config_interrupts(package: &Package, path: &Path<'_>, f: &mut Findings) {
+    let mut unmatched = package
+        .config_interrupts
+        .keys()
+        .filter(|pattern| !package.config_map.contains_key(*pattern))
+        .peekable();
+    if unmatched.peek().is_none() {
+        return;
+    }
     let keys: Vec<&str> = package.config_map.keys().map(String::as_str).collect();
     let available = if keys.is_empty() {
         "configMap has no keys".to_owned()
     } else {
         format!("configMap keys: {}", short_list(&keys, 10))
     };
-    for pattern in package.config_interrupts.keys() {
-        if package.config_map.contains_key(pattern) {
-            continue;
-        }
-        let at = child(path, pattern);
+    for pattern in unmatched {
+        let at = path.child(pattern);
         if pattern.contains('*') {
             // As upstream: only patterns with a '*' are globs; a malformed one matches nothing.
             let mut malformed = None;
@@ -165,14 +176,14 @@ fn check_config_interrupts(package: &Package, path: &str, f: &mut Findings) {
                 None => String::new(),
             };
             f.error(
-                at,
+                &at,
                 format!(
                     "config interrupt glob {pattern:?} does not match any configMap keys{why}: fix the pattern or add a matching key to configMap ({available})"
                 ),
             );
         } else {
             f.error(
-                at,
+                &at,
                 format!(
                     "config interrupt for key that doesn't exist: {pattern} doesn't exist as a configmap key: use one of the configMap keys, or a glob with '*' ({available})"
                 ),

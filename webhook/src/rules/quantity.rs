@@ -9,6 +9,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::LazyLock;
 
 /// An exact quantity: `(-1)^negative × digits × 10^exp`, digits most significant first, without
 /// leading or trailing zeros. Zero has no digits.
@@ -67,7 +68,9 @@ impl Amount {
             // The suffix is a tail of the text cut at an ASCII byte, so it is valid UTF-8.
             suffix: String::from_utf8_lossy(suffix).into_owned(),
         })?;
-        let digits: Vec<u8> = num.iter().chain(denom).map(|d| d - b'0').collect();
+        // Room for a binary suffix's factor (at most 2^60, 19 digits), multiplied in place.
+        let mut digits: Vec<u8> = Vec::with_capacity(num.len() + denom.len() + 20);
+        digits.extend(num.iter().chain(denom).map(|d| d - b'0'));
         let denom_len = i64::try_from(denom.len()).map_err(|_| format())?;
         let mut amount = Amount {
             negative: !positive,
@@ -76,14 +79,14 @@ impl Amount {
         };
         match scale {
             Scale::Decimal(e) => amount.exp += i64::from(e),
-            Scale::Binary(e) => amount.digits = multiply(&amount.digits, 1u64 << e),
+            Scale::Binary(e) => multiply(&mut amount.digits, 1u64 << e),
         }
         amount.normalize();
         amount.round_up_to_nano();
         if matches!(scale, Scale::Binary(_))
-            && amount.magnitude_cmp(&max_int64()) == Ordering::Greater
+            && amount.magnitude_cmp(&MAX_INT64) == Ordering::Greater
         {
-            amount.digits = max_int64().digits;
+            amount.digits = MAX_INT64.digits.clone();
             amount.exp = 0;
         }
         Ok(amount)
@@ -195,7 +198,9 @@ impl fmt::Display for Amount {
     }
 }
 
-/// 2^63-1, the cap of binary-suffixed quantities.
+/// 2^63-1, the cap of binary-suffixed quantities (every `Mi`/`Gi` value is compared with it).
+static MAX_INT64: LazyLock<Amount> = LazyLock::new(max_int64);
+
 fn max_int64() -> Amount {
     let mut a = Amount {
         negative: false,
@@ -219,21 +224,23 @@ fn increment(digits: &mut Vec<u8>) {
     digits.insert(0, 1);
 }
 
-/// Multiplies a decimal digit string by `factor`.
-fn multiply(digits: &[u8], factor: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(digits.len() + 20);
+/// Multiplies a decimal digit string by `factor`, in place.
+fn multiply(digits: &mut Vec<u8>, factor: u64) {
     let mut carry: u128 = 0;
-    for &d in digits.iter().rev() {
-        let v = u128::from(d) * u128::from(factor) + carry;
-        out.push((v % 10) as u8);
+    for d in digits.iter_mut().rev() {
+        let v = u128::from(*d) * u128::from(factor) + carry;
+        *d = (v % 10) as u8;
         carry = v / 10;
     }
+    // What is left of the carry becomes the leading digits (at most 39 of them).
+    let mut leading = [0u8; 40];
+    let mut n = 0;
     while carry > 0 {
-        out.push((carry % 10) as u8);
+        leading[n] = (carry % 10) as u8;
         carry /= 10;
+        n += 1;
     }
-    out.reverse();
-    out
+    digits.splice(0..0, leading[..n].iter().rev().copied());
 }
 
 fn is_suffix_char(c: u8) -> bool {

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodewright_shared::api::PackageResources;
 
 use super::quantity::Amount;
-use super::{Findings, child};
+use super::{Findings, Path};
 
 /// One of the four fields, parsed.
 struct Field<'a> {
@@ -29,14 +29,14 @@ impl Field<'_> {
 fn field<'a>(
     name: &'static str,
     quantity: &'a Option<Quantity>,
-    path: &str,
+    path: &Path<'_>,
     f: &mut Findings,
 ) -> Field<'a> {
     let text = quantity.as_ref().map(|q| q.0.as_str());
     let amount = text.and_then(|t| match Amount::parse(t) {
         Ok(a) => Some(a),
         Err(e) => {
-            f.error(child(path, name), e.to_string());
+            f.error(&path.child(name), e.to_string());
             None
         }
     });
@@ -44,7 +44,7 @@ fn field<'a>(
 }
 
 /// Checks `resources` of the package at `path` (`spec.packages.K.resources`).
-pub fn check(resources: &PackageResources, path: &str, f: &mut Findings) {
+pub fn check(resources: &PackageResources, path: &Path<'_>, f: &mut Findings) {
     let cpu_request = field("cpuRequest", &resources.cpu_request, path, f);
     let cpu_limit = field("cpuLimit", &resources.cpu_limit, path, f);
     let memory_request = field("memoryRequest", &resources.memory_request, path, f);
@@ -75,7 +75,7 @@ pub fn check(resources: &PackageResources, path: &str, f: &mut Findings) {
             && l < r
         {
             f.error(
-                child(path, limit.name),
+                &path.child(limit.name),
                 format!(
                     "{} ({lt}) must be >= {} ({rt}): raise {} or lower {}",
                     limit.name, request.name, limit.name, request.name
@@ -120,7 +120,7 @@ mod tests {
 
     fn lines(r: &PackageResources) -> Vec<String> {
         let mut f = Findings::default();
-        check(r, "spec.packages.tools.resources", &mut f);
+        check(r, &Path::Root("spec.packages.tools.resources"), &mut f);
         f.finish().errors.iter().map(ToString::to_string).collect()
     }
 

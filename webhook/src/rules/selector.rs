@@ -17,13 +17,18 @@ pub const OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
 pub fn selector_errors(selector: &LabelSelector) -> Vec<String> {
     let mut errors = Vec::new();
     for (key, value) in selector.match_labels.iter().flatten() {
-        let at = format!("matchLabels[{key}]");
+        // Spelled out only for a message.
+        let at = || format!("matchLabels[{key}]");
         for e in qualified_name_errors(key) {
-            errors.push(format!("{at}: key {key:?} is not a valid label key: {e}"));
+            errors.push(format!(
+                "{}: key {key:?} is not a valid label key: {e}",
+                at()
+            ));
         }
         for e in label_value_errors(value) {
             errors.push(format!(
-                "{at}: value {value:?} is not a valid label value: {e}"
+                "{}: value {value:?} is not a valid label value: {e}",
+                at()
             ));
         }
     }

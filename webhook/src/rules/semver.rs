@@ -60,7 +60,11 @@ pub enum SemverError {
 
 /// Parses `v` as Go's `semver` package does (it must start with `v`).
 pub fn parse(v: &str) -> Result<Version<'_>, SemverError> {
-    let rest = v.strip_prefix('v').ok_or(SemverError::MissingV)?;
+    parse_after_v(v.strip_prefix('v').ok_or(SemverError::MissingV)?)
+}
+
+/// [`parse`] of `v` followed by `rest`, without building that string.
+pub fn parse_after_v(rest: &str) -> Result<Version<'_>, SemverError> {
     let (major, rest) = number(rest, "major")?;
     let (minor, rest) = match rest.strip_prefix('.') {
         Some(r) => number(r, "minor")?,

@@ -10,19 +10,20 @@
 use nodewright_shared::api::{NodeWright, Package};
 
 use super::package::semver_text;
-use super::{Findings, child, semver, short_list};
+use super::{Findings, Path, semver, short_list};
 
 /// Checks `new` against the stored `old`.
 pub fn check(old: &NodeWright, new: &NodeWright, f: &mut Findings) {
+    let packages = Path::Root("spec.packages");
     for (key, was) in &old.spec.packages {
         let enabled = was.uninstall.as_ref().is_some_and(|u| u.enabled);
-        let path = child("spec.packages", key);
+        let path = packages.child(key);
         match new.spec.packages.get(key) {
             None if enabled => removal(old, key, was, &path, f),
             None => {}
             Some(now) => {
                 if enabled {
-                    downgrade(old, key, was, now, &child(&path, "version"), f);
+                    downgrade(old, key, was, now, &path.child("version"), f);
                 }
                 cancel(key, was, now, f);
             }
@@ -40,7 +41,7 @@ fn nodes_with<'a>(old: &'a NodeWright, key: &str, version: &str) -> Vec<&'a str>
         .collect()
 }
 
-fn removal(old: &NodeWright, key: &str, was: &Package, path: &str, f: &mut Findings) {
+fn removal(old: &NodeWright, key: &str, was: &Package, path: &Path<'_>, f: &mut Findings) {
     let nodes = nodes_with(old, key, &was.version);
     if nodes.is_empty() {
         return;
@@ -68,7 +69,7 @@ fn downgrade(
     key: &str,
     was: &Package,
     now: &Package,
-    path: &str,
+    path: &Path<'_>,
     f: &mut Findings,
 ) {
     let (from, to) = (semver_text(&was.version), semver_text(&now.version));

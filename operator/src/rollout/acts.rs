@@ -1,0 +1,284 @@
+//! The acts of a pass on its nodes, once [`super::pass::decide`] has decided: advance the nodes it
+//! works on, mark the others (status, cordon release, runtime taint, absorbed outcomes), and sync
+//! each node's NodeWright conditions.
+//!
+//! Nodes are acted on concurrently (at most [`NODE_CONCURRENCY`] at a time): every decision that
+//! spans nodes (budget, batches, order) was taken before, and each node's writes are guarded by its
+//! own resourceVersion, so the nodes are independent. Acting on a fleet one node at a time made a
+//! pass last seconds, and every stage that completed meanwhile waited for it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use nodewright_shared::api::{NodeWright, Status};
+use nodewright_shared::keys;
+use nodewright_shared::node_state::NodeState;
+
+use super::node_work::{self, NodeWork};
+use super::pass::{self, PassDecision, PassInput};
+use super::runtime_taint;
+use super::status::any_erroring;
+use crate::context::Context;
+use crate::error::ReconcileError;
+use crate::node::edit::NodeEdit;
+use crate::node::state::{parse_state, status_edit};
+use crate::node::{conditions, cordon};
+use crate::writes::Unchanged;
+
+/// Nodes acted on at once in a pass.
+pub const NODE_CONCURRENCY: usize = 16;
+
+/// What acting on the nodes did.
+pub struct Acted {
+    /// Per node: its records after the pass (`None`: malformed) and its status.
+    pub results: BTreeMap<String, (Option<NodeState>, Status)>,
+    /// Some work waits for a node to drain.
+    pub draining: bool,
+    /// The first failure in node order (the other nodes were still worked on).
+    pub first_error: Option<ReconcileError>,
+}
+
+/// What the pass does on one node.
+enum Act {
+    /// Its state cannot be read: nothing is written.
+    Malformed,
+    /// Advance its packages.
+    Advance(Box<NodeWork>),
+    /// Write its status (and absorbed outcomes), release its cordon when complete, lift the
+    /// runtime-required taint when it is runtime-ready.
+    Mark {
+        node: Arc<Node>,
+        state: NodeState,
+        absorbed: Vec<String>,
+        complete: bool,
+        lift_taint: bool,
+    },
+}
+
+/// One node's act, and what its conditions sync needs.
+struct Task {
+    name: String,
+    act: Act,
+    /// Its status when not advanced (or when advancing failed).
+    idle: Status,
+    /// The node as cached (its conditions are compared).
+    node: Arc<Node>,
+}
+
+/// What happened on one node.
+struct Done {
+    name: String,
+    state: Option<NodeState>,
+    status: Status,
+    draining: bool,
+    error: Option<ReconcileError>,
+}
+
+/// Acts on every selected node of the decision. A node's failure does not stop the others.
+pub async fn act_on_nodes(
+    ctx: &Context,
+    input: &PassInput<'_>,
+    decision: &mut PassDecision<'_>,
+    all_nodewrights: &[NodeWright],
+) -> Acted {
+    let order = decision.node_orders();
+    let names: Vec<String> = decision.rows.keys().cloned().collect();
+    let mut tasks = Vec::with_capacity(names.len());
+    for name in names {
+        let idle = pass::idle_status(decision, input, &name);
+        let works = decision.works_on(input, &name);
+        let Some(row) = decision.rows.get_mut(&name) else {
+            continue;
+        };
+        let act = match row.state.clone() {
+            None => Act::Malformed,
+            Some(state) if works => Act::Advance(Box::new(NodeWork {
+                node: Node::clone(&row.node),
+                state,
+                absorbed: std::mem::take(&mut row.absorbed),
+                plan: row.plan.take(),
+                node_order: order
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(i64::from(decision.node_order_offset)),
+            })),
+            Some(state) => Act::Mark {
+                lift_taint: row.complete
+                    && input.nodewright.spec.runtime_required
+                    && runtime_taint::runtime_ready(all_nodewrights, &row.node),
+                node: row.node.clone(),
+                state,
+                absorbed: std::mem::take(&mut row.absorbed),
+                complete: row.complete,
+            },
+        };
+        tasks.push(Task {
+            name,
+            act,
+            idle,
+            node: row.node.clone(),
+        });
+    }
+    let done: Vec<(Done, Arc<Node>)> = stream::iter(tasks)
+        .map(|task| act_on_node(ctx, input, task))
+        .buffer_unordered(NODE_CONCURRENCY)
+        .collect()
+        .await;
+    // The conditions after every node's act: they are reports, the acts (the next Jobs) are what
+    // the rollout waits for.
+    let done: Vec<Done> = stream::iter(done)
+        .map(|(done, node)| sync_conditions(ctx, input, done, node))
+        .buffer_unordered(NODE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut acted = Acted {
+        results: BTreeMap::new(),
+        draining: false,
+        first_error: None,
+    };
+    let mut errors = BTreeMap::new();
+    for d in done {
+        acted.draining |= d.draining;
+        if let Some(e) = d.error {
+            errors.insert(d.name.clone(), e);
+        }
+        acted.results.insert(d.name, (d.state, d.status));
+    }
+    acted.first_error = errors.into_values().next();
+    acted
+}
+
+/// One node's act; returns what happened and the node as cached (for its conditions).
+async fn act_on_node(ctx: &Context, input: &PassInput<'_>, task: Task) -> (Done, Arc<Node>) {
+    let nw = input.nodewright.name_any();
+    let Task {
+        name,
+        act,
+        idle,
+        node,
+    } = task;
+    let mut done = Done {
+        name,
+        state: None,
+        status: Status::Blocked,
+        draining: false,
+        error: None,
+    };
+    match act {
+        Act::Malformed => return (done, node),
+        Act::Advance(work) => {
+            let state = work.state.clone();
+            match node_work::advance(ctx, input.nodewright, *work, input.jobs).await {
+                Ok(result) => {
+                    done.draining = result.draining;
+                    done.state = Some(result.state);
+                    done.status = result.status;
+                }
+                Err(e) => {
+                    done.state = Some(state);
+                    done.status = idle;
+                    done.error = Some(e);
+                }
+            }
+        }
+        Act::Mark {
+            node,
+            state,
+            absorbed,
+            complete,
+            lift_taint,
+        } => {
+            let marked = MarkNode {
+                nodewright: &nw,
+                state: &state,
+                status: idle,
+                complete,
+                lift_runtime_taint: lift_taint,
+            };
+            let result = match mark_node(ctx, &node, &marked).await {
+                // Marked only once their outcomes are in the node's records.
+                Ok(true) => node_work::mark_absorbed(ctx, &absorbed).await,
+                Ok(false) => Ok(()),
+                Err(e) => Err(e),
+            };
+            done.error = result.err();
+            done.state = Some(state);
+            done.status = idle;
+        }
+    }
+    (done, node)
+}
+
+/// The node's NodeWright conditions `nodewright.nvidia.com/<nw>/{NotReady,Erroring}` after its act
+/// (written only on a change).
+async fn sync_conditions(
+    ctx: &Context,
+    input: &PassInput<'_>,
+    mut done: Done,
+    node: Arc<Node>,
+) -> Done {
+    let nw = input.nodewright.name_any();
+    if let Some(state) = &done.state {
+        let complete = done.status == Status::Complete;
+        let erroring = done.status == Status::Erroring || any_erroring(input.nodewright, state);
+        let patch = conditions::sync_patch(&node, &nw, complete, erroring, Timestamp::now());
+        if let Err(e) = ctx.writer.patch_node_conditions(&node, patch).await {
+            done.error.get_or_insert(e);
+        }
+    }
+    done
+}
+
+/// What [`mark_node`] writes.
+struct MarkNode<'a> {
+    nodewright: &'a str,
+    /// The node's records; written when they differ from the node's (absorbed outcomes).
+    state: &'a NodeState,
+    status: Status,
+    complete: bool,
+    lift_runtime_taint: bool,
+}
+
+/// Writes the node's status annotation and label (and its records, when absorbed outcomes changed
+/// them) for a node not worked on this pass, releases the cordon of a complete node, and lifts the
+/// runtime-required taint once the node is runtime-ready. Returns whether the node's records are
+/// `mark.state` afterwards (the absorbed outcomes are in).
+async fn mark_node(
+    ctx: &Context,
+    node: &Node,
+    mark: &MarkNode<'_>,
+) -> Result<bool, ReconcileError> {
+    let key = keys::node_state_key(mark.nodewright);
+    let cached = parse_state(node, mark.nodewright);
+    let recorded = AtomicBool::new(cached.as_ref() == Some(mark.state));
+    ctx.writer
+        .write_node(node, Unchanged::Believe, |current| {
+            let mut edit = NodeEdit::default();
+            let records = parse_state(current, mark.nodewright);
+            recorded.store(records.as_ref() == Some(mark.state), Ordering::Relaxed);
+            // Absorbed outcomes go in only over the records they were computed from: a node that
+            // changed since is left to the next pass (which absorbs again from its records).
+            if !recorded.load(Ordering::Relaxed) && records == cached {
+                edit.annotate(key.clone(), mark.state.to_annotation());
+                recorded.store(true, Ordering::Relaxed);
+            }
+            status_edit(&mut edit, mark.nodewright, mark.status);
+            if mark.complete {
+                cordon::uncordon(&mut edit, current, mark.nodewright);
+            }
+            if mark.lift_runtime_taint {
+                edit.taints = runtime_taint::without_runtime_taint(
+                    current,
+                    &ctx.config.jobs.runtime_required_taint,
+                );
+            }
+            Some(edit)
+        })
+        .await?;
+    Ok(recorded.load(Ordering::Relaxed))
+}

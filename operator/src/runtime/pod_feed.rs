@@ -1,0 +1,92 @@
+//! The watch of the operator's pods (their Jobs' attempts): every change triggers the outcome
+//! controller (a pod event maps to its Job), and the store the live path reads keeps only the
+//! attempts that failed genuinely (DESIGN §4.4), which is all it reads: the live path counts them
+//! as `restarts`, and a finished Job's pods are listed live. A retained attempt that succeeded, or
+//! one still running, costs nothing in memory: on a fleet those are nearly all of them.
+
+use futures::{Stream, TryStreamExt};
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::jobs::outcome::is_genuine_failure;
+use crate::jobs::stored::StoredPod;
+
+/// What the store does with a pod event: genuine failures are kept, every other pod is removed (a
+/// pod that was kept and no longer qualifies is gone from the store too).
+pub fn store_event(event: &watcher::Event<StoredPod>) -> watcher::Event<StoredPod> {
+    match event {
+        watcher::Event::Apply(pod) if is_genuine_failure(pod) => watcher::Event::Apply(pod.clone()),
+        watcher::Event::InitApply(pod) if is_genuine_failure(pod) => {
+            watcher::Event::InitApply(pod.clone())
+        }
+        // During a relist, a removal from the current store is harmless: the relisted store
+        // replaces it at InitDone.
+        watcher::Event::Apply(pod)
+        | watcher::Event::InitApply(pod)
+        | watcher::Event::Delete(pod) => watcher::Event::Delete(pod.clone()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// Watches `api` with `config` into `writer` (genuine failures only), yielding every pod applied.
+pub fn pod_feed(
+    api: Api<StoredPod>,
+    config: watcher::Config,
+    mut writer: Writer<StoredPod>,
+) -> impl Stream<Item = Result<StoredPod, watcher::Error>> + Send + 'static {
+    watcher(api, config)
+        .default_backoff()
+        .inspect_ok(move |event| writer.apply_watcher_event(&store_event(event)))
+        .applied_objects()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::reflector::ObjectRef;
+    use serde_json::json;
+
+    fn pod(name: &str, status: serde_json::Value) -> StoredPod {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "ns"}, "status": status}),
+        )
+        .expect("pod")
+    }
+
+    #[test]
+    fn only_genuine_failures_stay_in_the_store() {
+        let (store, mut writer) = reflector::store::<StoredPod>();
+        let failed = pod(
+            "failed",
+            json!({"phase": "Failed", "initContainerStatuses": [
+                {"name": "c", "state": {"terminated": {"exitCode": 2}}}]}),
+        );
+        let running = pod("running", json!({"phase": "Running"}));
+        let rejected = pod("rejected", json!({"phase": "Failed", "reason": "OutOfcpu"}));
+        for p in [&failed, &running, &rejected] {
+            writer.apply_watcher_event(&store_event(&watcher::Event::Apply(p.clone())));
+        }
+        let names = |s: &reflector::Store<StoredPod>| {
+            let mut n: Vec<String> = s
+                .state()
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&store), ["failed"]);
+        // A relist keeps the same: a kept pod that succeeded since leaves the store.
+        writer.apply_watcher_event(&store_event(&watcher::Event::Init));
+        let later = pod("failed", json!({"phase": "Succeeded"}));
+        for p in [&later, &running] {
+            writer.apply_watcher_event(&store_event(&watcher::Event::InitApply(p.clone())));
+        }
+        writer.apply_watcher_event(&store_event(&watcher::Event::InitDone));
+        assert!(names(&store).is_empty());
+        assert!(store.get(&ObjectRef::new("failed").within("ns")).is_none());
+    }
+}
