@@ -110,7 +110,11 @@ pub async fn act_on_nodes(
             Some(state) => Act::Mark {
                 lift_taint: row.complete
                     && input.nodewright.spec.runtime_required
-                    && runtime_taint::runtime_ready(all_nodewrights, &row.node),
+                    && runtime_taint::runtime_ready_with(
+                        all_nodewrights,
+                        &row.node,
+                        Some((&input.nodewright.name_any(), &state)),
+                    ),
                 node: row.node.clone(),
                 state,
                 absorbed: std::mem::take(&mut row.absorbed),
@@ -125,7 +129,7 @@ pub async fn act_on_nodes(
         });
     }
     let done: Vec<(Done, Arc<Node>)> = stream::iter(tasks)
-        .map(|task| act_on_node(ctx, input, task))
+        .map(|task| act_on_node(ctx, input, all_nodewrights, task))
         .buffer_unordered(NODE_CONCURRENCY)
         .collect()
         .await;
@@ -154,7 +158,12 @@ pub async fn act_on_nodes(
 }
 
 /// One node's act; returns what happened and the node as cached (for its conditions).
-async fn act_on_node(ctx: &Context, input: &PassInput<'_>, task: Task) -> (Done, Arc<Node>) {
+async fn act_on_node(
+    ctx: &Context,
+    input: &PassInput<'_>,
+    all_nodewrights: &[NodeWright],
+    task: Task,
+) -> (Done, Arc<Node>) {
     let nw = input.nodewright.name_any();
     let Task {
         name,
@@ -173,7 +182,9 @@ async fn act_on_node(ctx: &Context, input: &PassInput<'_>, task: Task) -> (Done,
         Act::Malformed => return (done, node),
         Act::Advance(work) => {
             let state = work.state.clone();
-            match node_work::advance(ctx, input.nodewright, *work, input.jobs).await {
+            match node_work::advance(ctx, input.nodewright, *work, input.jobs, all_nodewrights)
+                .await
+            {
                 Ok(result) => {
                     done.draining = result.draining;
                     done.state = Some(result.state);

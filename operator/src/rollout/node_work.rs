@@ -14,6 +14,7 @@ use super::absorb;
 use super::configmaps;
 use super::graph;
 use super::plan::{Creation, Plan, plan};
+use super::runtime_taint;
 use super::status::{NodeFacts, any_erroring, node_status};
 use crate::context::Context;
 use crate::error::ReconcileError;
@@ -68,6 +69,7 @@ pub async fn advance(
     nodewright: &NodeWright,
     work: NodeWork,
     jobs: &JobIndex,
+    all_nodewrights: &[NodeWright],
 ) -> Result<NodeResult, ReconcileError> {
     let NodeWork {
         node,
@@ -134,6 +136,16 @@ pub async fn advance(
         status_edit(&mut edit, &nw, status);
         if complete {
             cordon::uncordon(&mut edit, &node, &nw);
+            // Complete in this very write: the runtime-required taint goes with it when this was
+            // the last runtimeRequired NodeWright to finish here.
+            if nodewright.spec.runtime_required
+                && runtime_taint::runtime_ready_with(all_nodewrights, &node, Some((&nw, &p.state)))
+            {
+                edit.taints = runtime_taint::without_runtime_taint(
+                    &node,
+                    &ctx.config.jobs.runtime_required_taint,
+                );
+            }
         } else if p.cordon && !cordon::holds_cordon(&node, &nw) {
             cordon::cordon(&mut edit, &nw);
         }

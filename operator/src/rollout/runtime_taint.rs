@@ -11,10 +11,17 @@ use super::graph::all_done;
 use super::selection::NodeSelection;
 use crate::jobs::RuntimeTaint;
 use crate::node::state::parse_state;
+use nodewright_shared::node_state::NodeState;
 
 /// Whether every `runtimeRequired` NodeWright of `all` that targets `node` is complete on it (and at
-/// least one does).
-pub fn runtime_ready(all: &[NodeWright], node: &Node) -> bool {
+/// least one does). The records of one NodeWright (`own`: its name and records) can be given rather
+/// than read from the node: the pass that completes a node knows its records before the node shows
+/// them, and lifts the taint in the same write.
+pub fn runtime_ready_with(
+    all: &[NodeWright],
+    node: &Node,
+    own: Option<(&str, &NodeState)>,
+) -> bool {
     let mut required = all
         .iter()
         .filter(|nw| nw.spec.runtime_required)
@@ -22,7 +29,11 @@ pub fn runtime_ready(all: &[NodeWright], node: &Node) -> bool {
     let mut any = false;
     let done = required.all(|nw| {
         any = true;
-        parse_state(node, &nw.name_any()).is_some_and(|s| all_done(&nw.spec.packages, &s))
+        let name = nw.name_any();
+        match own {
+            Some((own, state)) if own == name => all_done(&nw.spec.packages, state),
+            _ => parse_state(node, &name).is_some_and(|s| all_done(&nw.spec.packages, &s)),
+        }
     });
     any && done
 }
@@ -122,11 +133,39 @@ mod tests {
             nodewright("b", true),
             nodewright("c", false),
         ];
-        assert!(!runtime_ready(&all, &node(&["a"], vec![])));
-        assert!(runtime_ready(&all, &node(&["a", "b"], vec![])));
-        assert!(!runtime_ready(
+        assert!(!runtime_ready_with(&all, &node(&["a"], vec![]), None));
+        assert!(runtime_ready_with(&all, &node(&["a", "b"], vec![]), None));
+        assert!(!runtime_ready_with(
             &[nodewright("c", false)],
-            &node(&["c"], vec![])
+            &node(&["c"], vec![]),
+            None
+        ));
+    }
+
+    #[test]
+    fn the_pass_completing_a_node_counts_its_own_records() {
+        let all = [nodewright("a", true), nodewright("b", true)];
+        let complete = {
+            let mut s = NodeState::default();
+            s.upsert(PackageStatus {
+                name: "p".into(),
+                version: "1".into(),
+                image: "i".into(),
+                container_sha: String::new(),
+                stage: Stage::Config,
+                state: Some(State::Complete),
+                restarts: 0,
+            });
+            s
+        };
+        // The node shows b done, not a yet: a's pass knows a is done now.
+        let n = node(&["b"], vec![]);
+        assert!(!runtime_ready_with(&all, &n, None));
+        assert!(runtime_ready_with(&all, &n, Some(("a", &complete))));
+        assert!(!runtime_ready_with(
+            &all,
+            &n,
+            Some(("a", &NodeState::default()))
         ));
     }
 
