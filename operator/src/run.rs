@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, reflector::reflector, watcher};
+use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, reflector::reflector, watcher};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use nodewright_shared::keys;
 use tokio::sync::{broadcast, watch};
@@ -275,11 +275,19 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
         ctx.jobs.clone(),
         writers.jobs_synced,
     );
+    // Stored without the per-node records of their status (never read back), and a pass is woken
+    // by what it reads, not by its own status write (runtime::nodewrights).
     let nodewright_events = reflector(
         writers.nodewrights,
-        watcher(Api::<NodeWright>::all(client.clone()), nodewrights).default_backoff(),
+        watcher(Api::<NodeWright>::all(client.clone()), nodewrights)
+            .default_backoff()
+            .modify(crate::runtime::nodewrights::trim),
     )
-    .applied_objects();
+    .applied_objects()
+    .predicate_filter(
+        crate::runtime::nodewrights::trigger_relevant,
+        PredicateConfig::default(),
+    );
     // Policies feed the store passes read them from, and wake the NodeWrights that name them; a
     // deleted policy too (touched objects), so "policy missing" shows at once. (A deletion missed
     // while the watch was down is only seen at the NodeWright's next resync: a relist emits no

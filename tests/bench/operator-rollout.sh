@@ -119,7 +119,8 @@ read -r cpu1 < <(awk '{print $14+$15}' "/proc/${opid}/stat")
 apiserver_requests >"${work}/op-after.txt"
 peak_rss="$(awk '/VmHWM/{print $2, $3}' "/proc/${opid}/status")"
 end_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${opid}/status")"
-curl -fsS "http://127.0.0.1:${port}/metrics" | grep '^nodewright_operator_api_requests_total' >"${work}/op-own.txt" || true
+curl -fsS "http://127.0.0.1:${port}/metrics" >"${work}/op-metrics.txt" || true
+grep '^nodewright_operator_api_requests_total' "${work}/op-metrics.txt" >"${work}/op-own.txt" || true
 jobs_seen="$(kubectl get jobs -n nodewright --no-headers 2>/dev/null | wc -l)"
 kill "${pid}" 2>/dev/null; wait "${pid}" 2>/dev/null || true; pid=""
 stop_cluster
@@ -138,7 +139,8 @@ hz=$(getconf CLK_TCK)
 echo
 echo "== ${nodes} kwok nodes x 3 packages (6 stage Jobs per node)${budget:+, budget ${budget} nodes}"
 echo "operator: CPU $(python3 -c "print(f'{(${cpu1}-${cpu0})/${hz}:.2f}')") s during the rollout;" \
-  "RSS idle ${idle_rss}, peak ${peak_rss}, at the end ${end_rss}; Jobs left at the end: ${jobs_seen}"
+  "RSS idle ${idle_rss}, peak ${peak_rss}, at the end ${end_rss}; Jobs left at the end: ${jobs_seen}" \
+  | tee "${work}/summary.txt"
 python3 - "${work}" "${nodes}" <<'PY'
 import json, os, re, sys
 work, nodes = sys.argv[1], int(sys.argv[2])

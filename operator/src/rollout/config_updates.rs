@@ -238,12 +238,12 @@ pub async fn sync(
     } = detect(nodewright, &existing, &states);
     let written = updates != previous;
     if written {
-        // The record comes first (see the module doc): the current status with the new updates.
+        // The record comes first (see the module doc): the new updates in the status.
+        ctx.writer
+            .set_status_map(nodewright, "configUpdates", &previous, &updates)
+            .await?;
         let mut status = nodewright.status.clone().unwrap_or_default();
         status.config_updates = updates;
-        ctx.writer
-            .replace_nodewright_status(nodewright, &status)
-            .await?;
         nodewright.status = Some(status);
     }
     for node in nodes {

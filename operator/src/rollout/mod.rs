@@ -67,6 +67,8 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     let span = info_span!("reconcile_nodewright", nodewright = %nodewright.name_any());
+    // The store may not show this term's last status write yet.
+    let nodewright = ctx.writer.fresher(nodewright);
     let result = one_pass(&nodewright, &ctx).instrument(span).await;
     ctx.metrics.count_reconcile(
         "nodewright",
@@ -441,12 +443,12 @@ async fn write_status(
     ctx: &Context,
     nodewright: &NodeWright,
     old: &NodeWrightStatus,
-    status: NodeWrightStatus,
+    mut status: NodeWrightStatus,
 ) -> Result<(), ReconcileError> {
-    if nodewright.status.is_some() && *old == status {
+    let name = nodewright.name_any();
+    if nodewright.status.is_some() && ctx.writer.status_unchanged(&name, old, &mut status) {
         return Ok(());
     }
-    let name = nodewright.name_any();
     ctx.writer
         .replace_nodewright_status(nodewright, &status)
         .await?;

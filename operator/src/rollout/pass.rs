@@ -309,6 +309,13 @@ pub fn batch_states_to_persist(
     }
     // The persisted state is that of the current versions (a version change reset it).
     status.package_list = status::package_list(input.nodewright);
+    // The status is written whole, and the stored one carries no per-node records
+    // (runtime::nodewrights): they are the rows' (the final write of the pass follows).
+    status.node_state = decision
+        .rows
+        .iter()
+        .filter_map(|(n, r)| r.state.clone().map(|s| (n.clone(), s)))
+        .collect();
     changed.then_some(status)
 }
 

@@ -107,10 +107,13 @@ pub async fn reset_rebooted(
     }
     // The new boot IDs are the record that these reboots were handled: written before the pass
     // plans (which ends it), so a crash before this write only repeats the resets above.
-    let mut status = nodewright.status.clone().unwrap_or_default();
-    status.node_boot_ids = current_ids(&previous, nodes);
     ctx.writer
-        .replace_nodewright_status(nodewright, &status)
+        .set_status_map(
+            nodewright,
+            "nodeBootIds",
+            &previous,
+            &current_ids(&previous, nodes),
+        )
         .await?;
     Ok(true)
 }

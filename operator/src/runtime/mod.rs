@@ -6,5 +6,6 @@ pub mod config;
 pub(crate) mod job_feed;
 pub mod leader;
 pub(crate) mod nodes;
+pub(crate) mod nodewrights;
 pub(crate) mod pod_feed;
 pub mod telemetry;

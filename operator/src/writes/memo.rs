@@ -26,6 +26,25 @@ pub fn stamp(content: impl Hash) -> u64 {
     h.finish()
 }
 
+/// The stamp of a serializable content, from its JSON streamed into the hasher (nothing allocated:
+/// a NodeWright's per-node records of a large fleet are a megabyte of JSON).
+pub fn stamp_json(content: &impl serde::Serialize) -> u64 {
+    struct HashWriter(DefaultHasher);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(DefaultHasher::new());
+    // Serializing plain data into a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut w, content);
+    w.0.finish()
+}
+
 impl WriteMemo {
     /// Whether `key` was written with content `stamp` less than [`MEMO_TTL`] ago.
     pub fn is_current(&self, key: &str, stamp: u64) -> bool {

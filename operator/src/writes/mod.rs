@@ -73,7 +73,14 @@ pub struct Writer {
     term: CancellationToken,
     /// What this term wrote already (shared by the writer's clones).
     memo: std::sync::Arc<memo::WriteMemo>,
+    /// Per NodeWright, the resourceVersion its last status write replaced and the object it
+    /// returned ([`Writer::fresher`]).
+    written: std::sync::Arc<std::sync::Mutex<NodeWrights>>,
 }
+
+/// NodeWright name → (the resourceVersion replaced, the object written).
+type NodeWrights =
+    std::collections::HashMap<String, (String, std::sync::Arc<nodewright_shared::api::NodeWright>)>;
 
 impl Writer {
     /// A writer for the term `term` (cancelled when leadership is lost).
@@ -83,6 +90,7 @@ impl Writer {
             namespace: namespace.to_owned(),
             term,
             memo: std::sync::Arc::default(),
+            written: std::sync::Arc::default(),
         }
     }
 

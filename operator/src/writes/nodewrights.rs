@@ -1,13 +1,46 @@
 //! NodeWright writes: the finalizer (a JSON Patch on the object, guarded by a resourceVersion
 //! `test`) and the status subresource, always replaced whole under the same guard.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodewright_shared::api::{NodeWright, NodeWrightStatus};
-use serde_json::json;
+use serde::Serialize;
 
-use super::{WriteError, Writer};
+use super::{WriteError, Writer, memo};
 use crate::error::ReconcileError;
+
+/// The memo key of the per-node records a NodeWright's status holds.
+fn node_state_key(name: &str) -> String {
+    format!("nodewright-node-state/{name}")
+}
+
+/// A NodeWright object (as `kubectl` would send it) with `status` set, serialized without cloning
+/// either.
+struct WithStatus<'a> {
+    object: &'a NodeWright,
+    status: &'a NodeWrightStatus,
+}
+
+impl Serialize for WithStatus<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry(
+            "apiVersion",
+            &format!(
+                "{}/{}",
+                nodewright_shared::keys::GROUP,
+                nodewright_shared::keys::VERSION
+            ),
+        )?;
+        map.serialize_entry("kind", "NodeWright")?;
+        map.serialize_entry("metadata", &self.object.metadata)?;
+        map.serialize_entry("spec", &self.object.spec)?;
+        map.serialize_entry("status", self.status)?;
+        map.end()
+    }
+}
 
 impl Writer {
     /// Patches the NodeWright `name`.
@@ -22,46 +55,151 @@ impl Writer {
             .await?)
     }
 
-    /// Replaces the NodeWright's status with `status` (JSON Patch `add /status`, so entries of
-    /// nodes that left are dropped too), only for the version of the object it was computed from:
-    /// a `test` of the resourceVersion makes a write from a stale cache fail with 422 (a conflict,
-    /// retried at once on a fresh read) instead of overwriting a newer status (e.g. rolling a
-    /// batch state back). The one way the operator writes a NodeWright's status. Returns the object
-    /// as written (its new resourceVersion guards the next write of the same pass).
+    /// Replaces the NodeWright's status with `status` (a PUT of the status subresource, so entries
+    /// of nodes that left are dropped too), only for the version of the object it was computed
+    /// from: the object's resourceVersion makes a write from a stale cache fail with 409 (a
+    /// conflict, retried at once on a fresh read) instead of overwriting a newer status (e.g.
+    /// rolling a batch state back). The one way the operator writes a NodeWright's status.
+    ///
+    /// The body is serialized straight to bytes (the status of a large fleet is a megabyte of
+    /// JSON: no value tree of it is built). Returns the object as written, trimmed as the store
+    /// keeps it ([`crate::runtime::nodewrights::trim`]); its new resourceVersion guards the next
+    /// write of the same pass, and [`Writer::fresher`] serves it until the store catches up.
     pub async fn replace_nodewright_status(
         &self,
         nodewright: &NodeWright,
         status: &NodeWrightStatus,
     ) -> Result<NodeWright, ReconcileError> {
         let name = nodewright.name_any();
-        let json = |what: &str| {
-            let what = format!("{what} of NodeWright {name}");
-            move |source| ReconcileError::Json { what, source }
+        let client = self.gate().map_err(super::failed(format!(
+            "writing the status of NodeWright {name}"
+        )))?;
+        let body = NodeWright {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                resource_version: nodewright.metadata.resource_version.clone(),
+                ..ObjectMeta::default()
+            },
+            spec: nodewright.spec.clone(),
+            status: None,
         };
-        let value = serde_json::to_value(status).map_err(json("status"))?;
-        let mut ops = Vec::new();
-        if let Some(rv) = &nodewright.metadata.resource_version {
-            ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+        let action = || format!("writing the status of NodeWright {name}");
+        let bytes = serde_json::to_vec(&WithStatus {
+            object: &body,
+            status,
+        })
+        .map_err(|source| ReconcileError::Json {
+            what: action(),
+            source,
+        })?;
+        let url = <NodeWright as kube::Resource>::url_path(&(), None);
+        let request = kube::core::Request::new(url)
+            .replace_subresource("status", &name, &PostParams::default(), bytes)
+            .map_err(|e| ReconcileError::Api {
+                action: action(),
+                source: kube::Error::BuildRequest(e),
+            })?;
+        let written: NodeWright =
+            client
+                .request(request)
+                .await
+                .map_err(|source| ReconcileError::Api {
+                    action: action(),
+                    source,
+                })?;
+        self.memo
+            .remember(node_state_key(&name), memo::stamp_json(&status.node_state));
+        let mut trimmed = written;
+        crate::runtime::nodewrights::trim(&mut trimmed);
+        if let (Ok(mut written), Some(replaced)) = (
+            self.written.lock(),
+            nodewright.metadata.resource_version.clone(),
+        ) {
+            written.insert(name, (replaced, std::sync::Arc::new(trimmed.clone())));
         }
-        ops.push(json!({"op": "add", "path": "/status", "value": value}));
-        let patch: json_patch::Patch =
-            serde_json::from_value(serde_json::Value::Array(ops)).map_err(json("status patch"))?;
-        self.patch_nodewright_status(&name, &Patch::Json(patch))
-            .await
-            .map_err(super::failed(format!(
-                "writing the status of NodeWright {name}"
-            )))
+        Ok(trimmed)
     }
 
-    /// Patches the NodeWright's status subresource.
-    async fn patch_nodewright_status(
+    /// Whether `new` is what the NodeWright's status already holds, as `old` (the stored status,
+    /// without the per-node records) and the stamp of the records this term last wrote tell.
+    pub fn status_unchanged(
         &self,
         name: &str,
-        patch: &Patch<serde_json::Value>,
-    ) -> Result<NodeWright, WriteError> {
-        let client = self.gate()?;
-        Ok(Api::<NodeWright>::all(client.clone())
-            .patch_status(name, &PatchParams::default(), patch)
-            .await?)
+        old: &NodeWrightStatus,
+        new: &mut NodeWrightStatus,
+    ) -> bool {
+        let records = std::mem::take(&mut new.node_state);
+        let same = *old == *new
+            && self
+                .memo
+                .is_current(&node_state_key(name), memo::stamp_json(&records));
+        new.node_state = records;
+        same
+    }
+
+    /// `nodewright` as the store has it, or the object this term's last status write returned when
+    /// the store has not seen that write yet (its resourceVersion is the one the write replaced):
+    /// a pass that read the stale object would compute its status write from it and lose the race
+    /// against its own previous write.
+    pub fn fresher(&self, nodewright: std::sync::Arc<NodeWright>) -> std::sync::Arc<NodeWright> {
+        let Ok(mut written) = self.written.lock() else {
+            return nodewright;
+        };
+        let name = nodewright.name_any();
+        match written.get(&name) {
+            Some((replaced, ours))
+                if nodewright.metadata.resource_version.as_ref() == Some(replaced) =>
+            {
+                ours.clone()
+            }
+            Some(_) => {
+                // The store caught up (or moved on): it is the freshest.
+                written.remove(&name);
+                nodewright
+            }
+            None => nodewright,
+        }
+    }
+
+    /// Sets one map of the NodeWright's status (`field`: its JSON name) from `old` to `new` with a
+    /// merge patch (entries gone from `new` are removed), under the object's resourceVersion (a
+    /// stale object fails with 409): for the records a pass writes before it plans (boot IDs,
+    /// config updates), without rewriting the rest of the status.
+    pub async fn set_status_map<V: Serialize>(
+        &self,
+        nodewright: &NodeWright,
+        field: &str,
+        old: &std::collections::BTreeMap<String, V>,
+        new: &std::collections::BTreeMap<String, V>,
+    ) -> Result<NodeWright, ReconcileError> {
+        let name = nodewright.name_any();
+        let action = || format!("writing status.{field} of NodeWright {name}");
+        let mut entries = serde_json::Map::new();
+        for key in old.keys().filter(|k| !new.contains_key(*k)) {
+            entries.insert(key.clone(), serde_json::Value::Null);
+        }
+        for (key, value) in new {
+            let value = serde_json::to_value(value).map_err(|source| ReconcileError::Json {
+                what: action(),
+                source,
+            })?;
+            entries.insert(key.clone(), value);
+        }
+        let mut status = serde_json::Map::new();
+        status.insert(field.to_owned(), serde_json::Value::Object(entries));
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": nodewright.metadata.resource_version},
+            "status": status,
+        });
+        let client = self.gate().map_err(super::failed(action()))?;
+        let mut written = Api::<NodeWright>::all(client.clone())
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|source| ReconcileError::Api {
+                action: action(),
+                source,
+            })?;
+        crate::runtime::nodewrights::trim(&mut written);
+        Ok(written)
     }
 }
