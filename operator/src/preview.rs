@@ -302,7 +302,8 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         .iter()
         .map(|j| Arc::new(StoredJob::of(j)))
         .collect();
-    let jobs = own_jobs(&name, &every_job);
+    // A preview sees the Jobs as listed: a stage is done when its Job is Complete.
+    let jobs = own_jobs(&name, &every_job, |_| false);
 
     let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
     let detected = config_updates::detect(&nw, &snapshot.configmaps, &states);
@@ -705,7 +706,7 @@ impl<'a> World<'a> {
                     .cloned()
                     .collect()
             };
-            let index = JobIndex::with_fleet(kept(&own), &kept(&fleet));
+            let index = JobIndex::with_fleet(kept(&own), &kept(&fleet), |_| false);
             // Jobs running now go first: they started before anything this pass starts.
             let running = running_stages(nw, node, &run.state, &index);
             if !running.is_empty() {

@@ -31,6 +31,7 @@ name=""
 pid=""
 cleanup() {
   set +e
+  [[ -n "${opid:-}" ]] && kill "${opid}" 2>/dev/null
   [[ -n "${pid}" ]] && kill "${pid}" 2>/dev/null && wait "${pid}" 2>/dev/null
   [[ -n "${name}" ]] && tests/controlplane/down.sh --name "${name}" >/dev/null 2>&1
   [[ -z "${BENCH_KEEP:-}" ]] && rm -rf "${work}"
@@ -122,7 +123,8 @@ end_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${opid}/status")"
 curl -fsS "http://127.0.0.1:${port}/metrics" >"${work}/op-metrics.txt" || true
 grep '^nodewright_operator_api_requests_total' "${work}/op-metrics.txt" >"${work}/op-own.txt" || true
 jobs_seen="$(kubectl get jobs -n nodewright --no-headers 2>/dev/null | wc -l)"
-kill "${pid}" 2>/dev/null; wait "${pid}" 2>/dev/null || true; pid=""
+# The operator itself first (under heaptrack it is a child of ${pid}).
+kill "${opid}" 2>/dev/null; kill "${pid}" 2>/dev/null; wait "${pid}" 2>/dev/null || true; pid=""
 stop_cluster
 
 # --- 2. the floor ----------------------------------------------------------------------------------

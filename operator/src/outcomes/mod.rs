@@ -180,10 +180,15 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
             Ok(Action::await_change())
         }
         JobOutcome::Succeeded => {
-            if let Some(left) = absorb_grace_left(job) {
+            let moved_on = cached_node
+                .as_deref()
+                .is_some_and(|n| recorded_past(n, &annotation));
+            if let Some(left) = absorb_grace_left(job).filter(|_| !moved_on) {
                 // The rollout records it with the next stage; look again once the grace is over.
                 return Ok(Action::requeue(left + Duration::from_millis(100)));
             }
+            // Past the grace, or already recorded by a pass that could not mark it (it stopped
+            // between its node write and the mark): record (a no-op then) and mark at once.
             record(ctx, node, &annotation, interrupt, Record::Complete).await?;
             ctx.writer
                 .mark_job_recorded(
@@ -249,6 +254,14 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
             Ok(Action::requeue(STUCK_RECHECK))
         }
     }
+}
+
+/// Whether the node's entry for the Job's package and version shows its stage done: complete at
+/// that stage, or at another stage since (a pass recorded the outcome with the next stage).
+fn recorded_past(node: &Node, job: &PackageAnnotation) -> bool {
+    parse_state(node, &job.nodewright)
+        .and_then(|s| s.get(&job.name, &job.version).cloned())
+        .is_some_and(|r| r.stage != job.stage || r.state == Some(State::Complete))
 }
 
 /// Whether the node's entry for the Job's package, version and stage is `erroring`: the live path saw
@@ -431,6 +444,7 @@ mod tests {
             client: client.clone(),
             nodes: kube::runtime::reflector::store().0,
             pods: kube::runtime::reflector::store().0,
+            succeeded: Default::default(),
             nodewrights: kube::runtime::reflector::store().0,
             jobs: kube::runtime::reflector::store().0,
             jobs_synced: synced(),

@@ -11,13 +11,17 @@
 use std::sync::Arc;
 
 use futures::channel::mpsc;
+use std::collections::HashMap;
+
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use crate::jobs::read::Recorded;
 use crate::jobs::stored::StoredJob;
+use crate::writes::memo;
 
 /// The two trigger streams of one Job watch.
 pub(crate) struct JobFeed<R, O> {
@@ -46,23 +50,108 @@ pub(crate) fn job_feed(
     // Unbounded: the outcome controller moves each reference into its scheduler at once (where
     // repeats of one Job collapse), so the queue holds at most the events of one burst.
     let (tx, rx) = mpsc::unbounded::<ObjectRef<StoredJob>>();
+    let send = move |job: &StoredJob| {
+        // The store already holds this version: the reflector applies before it yields. A closed
+        // receiver means the outcome controller stopped with the term; the rollout stops too.
+        let _ = tx.unbounded_send(ObjectRef::from_obj(job));
+    };
+    // Per Job (by a hash of its uid), the stamp of what a rollout pass reads of it.
+    let mut seen: HashMap<u64, u64> = HashMap::new();
     let rollout = reflector::reflector(
         writer,
         // Decoded as StoredJobs: only what the controllers read is kept.
         watcher(api, config).default_backoff(),
     )
-    .inspect_ok(move |event| {
+    .try_filter_map(move |event| {
         // The reflector yields an event after applying it to the store.
-        if matches!(event, watcher::Event::InitDone) {
-            synced.send_replace(true);
-        }
-    })
-    .touched_objects()
-    .inspect_ok(move |job| {
-        // The store already holds this version: the reflector applies before it yields. A closed
-        // receiver means the outcome controller stopped with the term; the rollout stops too.
-        let _ = tx.unbounded_send(ObjectRef::from_obj(job));
+        let wake = match event {
+            watcher::Event::InitDone => {
+                synced.send_replace(true);
+                None
+            }
+            watcher::Event::Init => None,
+            watcher::Event::Apply(job) | watcher::Event::InitApply(job) => {
+                send(&job);
+                let stamp = rollout_stamp(&job);
+                (seen.insert(memo::stamp(&job.metadata.uid), stamp) != Some(stamp)).then_some(job)
+            }
+            watcher::Event::Delete(job) => {
+                send(&job);
+                seen.remove(&memo::stamp(&job.metadata.uid));
+                Some(job)
+            }
+        };
+        std::future::ready(Ok(wake))
     });
     let outcomes = rx.filter_map(move |job| std::future::ready(store.get(&job)));
     JobFeed { rollout, outcomes }
+}
+
+/// What a rollout pass reads of a Job, as a stamp: its conditions, suspension, deletion and a
+/// recorded outcome other than `complete`. The `complete` mark is written by the pass that folded
+/// the outcome into the node (or, past the grace, next to a node write that wakes the rollout), so
+/// it wakes no pass: on a fleet that was one extra pass per stage.
+pub(crate) fn rollout_stamp(job: &StoredJob) -> u64 {
+    let conditions: Vec<(&str, &str, Option<&str>)> = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_deref()))
+        .collect();
+    let recorded = job
+        .recorded
+        .as_deref()
+        .filter(|r| *r != Recorded::Complete.as_str());
+    memo::stamp((
+        conditions,
+        job.spec.as_ref().and_then(|s| s.suspend),
+        job.metadata.deletion_timestamp.is_some(),
+        recorded,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::keys;
+    use serde_json::json;
+
+    fn job(conditions: serde_json::Value, recorded: Option<&str>) -> StoredJob {
+        let mut annotations = serde_json::Map::new();
+        if let Some(r) = recorded {
+            annotations.insert(keys::STATE_RECORDED_ANNOTATION.into(), json!(r));
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "j", "uid": "u", "annotations": annotations},
+            "spec": {"ttlSecondsAfterFinished": 600},
+            "status": {"conditions": conditions}
+        }))
+        .expect("job")
+    }
+
+    #[test]
+    fn only_the_complete_mark_wakes_no_pass() {
+        let complete = json!([{"type": "Complete", "status": "True"}]);
+        let running = job(json!([]), None);
+        let done = job(complete.clone(), None);
+        assert_ne!(
+            rollout_stamp(&running),
+            rollout_stamp(&done),
+            "a Job finishing wakes"
+        );
+        assert_eq!(
+            rollout_stamp(&done),
+            rollout_stamp(&job(complete, Some("complete"))),
+            "its complete mark does not"
+        );
+        let failed =
+            json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]);
+        assert_ne!(
+            rollout_stamp(&job(failed.clone(), None)),
+            rollout_stamp(&job(failed, Some("timed-out"))),
+            "a timed-out mark does (the pass counts the batch failure)"
+        );
+    }
 }
