@@ -453,7 +453,7 @@ fn crds_are_the_generated_ones() {
             copy.display(),
             file.display()
         );
-        let mut generated: Value = serde_yaml::from_slice(&original).expect("generated CRD parses");
+        let mut generated: Value = yaml_serde::from_slice(&original).expect("generated CRD parses");
         let crd_name = generated["metadata"]["name"]
             .as_str()
             .expect("name")
@@ -823,7 +823,7 @@ fn bad_values_are_refused_naming_the_value() {
 
 #[test]
 fn every_value_is_documented_and_in_the_schema() {
-    let values: Value = serde_yaml::from_str(
+    let values: Value = yaml_serde::from_str(
         &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values"),
     )
     .expect("values parse");
