@@ -1,9 +1,12 @@
-//! The operator's Prometheus registry (metric names `nodewright_*`, DESIGN §10). Built mutable at
-//! startup so each reconciler registers its own metrics, then shared read-only with the admin
-//! server that encodes it on every scrape. The NodeWright gauges and reconcile counters live in
-//! [`crate::metrics::state`].
+//! The operator's Prometheus registry (metric names `nodewright_*`, DESIGN §10, and the standard
+//! `process_*`). Built mutable at startup so each reconciler registers its own metrics, then shared
+//! read-only with the admin server that encodes it on every scrape. The NodeWright gauges and
+//! reconcile counters live in [`crate::metrics::state`], the per-stage metrics in
+//! [`crate::metrics::stages`]. [`catalogue`] names the labels of every family, for the generated
+//! metrics reference (docs/reference/metrics.md).
 
 pub mod api;
+pub mod stages;
 pub mod state;
 
 use prometheus_client::metrics::counter::Counter;
@@ -40,9 +43,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with the `nodewright` prefix and the leader-election metrics registered.
+    /// A registry with the process collector, and under the `nodewright` prefix the leader-election,
+    /// NodeWright, stage and API metrics.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("nodewright");
+        let mut root = Registry::default();
+        nodewright_telemetry::ProcessCollector::register(&mut root);
+        let registry = root.sub_registry_with_prefix("nodewright");
         let leader = LeaderMetrics::default();
         registry.register(
             "operator_is_leader",
@@ -54,10 +60,10 @@ impl Metrics {
             "Times this operator replica gained or lost leadership",
             leader.transitions.clone(),
         );
-        let state = StateMetrics::registered(&mut registry);
-        let api = ApiMetrics::registered(&mut registry);
+        let state = StateMetrics::registered(registry);
+        let api = ApiMetrics::registered(registry);
         Metrics {
-            registry,
+            registry: root,
             leader,
             state,
             api,
@@ -81,7 +87,7 @@ impl Metrics {
 
     /// Where reconcilers register their metrics; names get the `nodewright_` prefix.
     pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
+        self.registry.sub_registry_with_prefix("nodewright")
     }
 
     /// The OpenMetrics text exposition.
@@ -94,6 +100,47 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The label names of every metric family the operator exports, by full name (without the
+/// `_total`, `_bucket`, `_sum`, `_count` suffixes of the exposition). Histograms also carry `le`.
+pub fn catalogue() -> Vec<(String, Vec<&'static str>)> {
+    let mut out: Vec<(String, Vec<&'static str>)> = vec![
+        ("nodewright_operator_is_leader".into(), vec![]),
+        ("nodewright_operator_leader_transitions".into(), vec![]),
+        (
+            "nodewright_operator_api_requests".into(),
+            vec!["verb", "resource"],
+        ),
+        ("nodewright_reconcile".into(), vec!["controller", "result"]),
+    ];
+    for gauge in state::Gauges::all() {
+        out.push((
+            format!("nodewright_{}", gauge.name()),
+            gauge.label_names().to_vec(),
+        ));
+    }
+    let stage = vec![
+        "nodewright_name",
+        "package_name",
+        "package_version",
+        "stage",
+    ];
+    let finished = vec![
+        "nodewright_name",
+        "package_name",
+        "package_version",
+        "stage",
+        "result",
+    ];
+    out.push(("nodewright_stage_jobs_created".into(), stage.clone()));
+    out.push(("nodewright_stage_timeouts".into(), stage));
+    out.push(("nodewright_stage_duration_seconds".into(), finished.clone()));
+    out.push(("nodewright_stage_attempts".into(), finished));
+    for process in nodewright_telemetry::process::NAMES {
+        out.push(((*process).into(), vec![]));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -119,5 +166,9 @@ mod tests {
         );
         assert!(text.contains("nodewright_packages_in_progress 4"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+        if std::path::Path::new("/proc/self/stat").exists() {
+            assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
+            assert!(!text.contains("nodewright_process_"), "{text}");
+        }
     }
 }
