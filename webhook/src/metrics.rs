@@ -88,6 +88,25 @@ impl Metrics {
         })
     }
 
+    /// A registry with one series in every family (an exposition leaves empty families out), for
+    /// the generated metrics reference.
+    pub fn exemplified() -> Arc<Self> {
+        let m = Metrics::new();
+        m.requests
+            .get_or_create(&RequestLabels {
+                webhook: "validate-nodewright",
+                operation: "CREATE",
+                result: "allowed",
+            })
+            .inc();
+        m.latency
+            .get_or_create(&WebhookLabel {
+                webhook: "validate-nodewright",
+            })
+            .observe(0.001);
+        m
+    }
+
     /// The label names of every metric family the webhook exports, by full name (without the
     /// exposition's `_total`/`_bucket`/`_sum`/`_count` suffixes), for the metrics reference.
     pub fn catalogue() -> Vec<(String, Vec<&'static str>)> {

@@ -90,6 +90,92 @@ impl Metrics {
         self.registry.sub_registry_with_prefix("nodewright")
     }
 
+    /// A registry with one series in every family (families without series are not in an
+    /// exposition at all): what the generated metrics reference reads names, types, help and
+    /// labels from.
+    pub fn exemplified() -> Self {
+        use nodewright_shared::api::{
+            BatchState, CompartmentStatus, NodeWright, NodeWrightSpec, NodeWrightStatus, Package,
+        };
+        use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
+        let metrics = Metrics::new();
+        let spec = NodeWrightSpec {
+            packages: [(
+                "example".to_owned(),
+                Package {
+                    version: "1.0.0".into(),
+                    ..Package::default()
+                },
+            )]
+            .into(),
+            ..NodeWrightSpec::default()
+        };
+        let nodewright = NodeWright::new("example", spec);
+        let mut node = NodeState::default();
+        node.upsert(PackageStatus {
+            name: "example".into(),
+            version: "1.0.0".into(),
+            image: "example".into(),
+            container_sha: String::new(),
+            stage: Stage::Apply,
+            state: Some(State::Complete),
+            restarts: 0,
+        });
+        let status = NodeWrightStatus {
+            node_state: [("node".to_owned(), node)].into(),
+            compartment_statuses: [(
+                "__default__".to_owned(),
+                CompartmentStatus {
+                    batch_state: Some(BatchState::default()),
+                    ..CompartmentStatus::default()
+                },
+            )]
+            .into(),
+            ..NodeWrightStatus::default()
+        };
+        let state = metrics.state();
+        state.report(
+            "example",
+            state::samples(&nodewright, &status, &Default::default()),
+        );
+        state.count_reconcile("nodewright", state::Outcome::Success);
+        let annotation = crate::jobs::PackageAnnotation {
+            name: "example".into(),
+            version: "1.0.0".into(),
+            nodewright: "example".into(),
+            stage: Stage::Apply,
+            image: "example".into(),
+            container_sha: None,
+        };
+        let mut job = k8s_openapi::api::batch::v1::Job::default();
+        job.metadata.annotations = annotation
+            .to_json()
+            .ok()
+            .map(|a| [(nodewright_shared::keys::PACKAGE_ANNOTATION.to_owned(), a)].into());
+        state.stages().created(&job);
+        let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        );
+        job.metadata.creation_timestamp = Some(at.clone());
+        job.status = Some(k8s_openapi::api::batch::v1::JobStatus {
+            conditions: Some(vec![k8s_openapi::api::batch::v1::JobCondition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                last_transition_time: Some(at),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let stored = crate::jobs::stored::StoredJob::of(&job);
+        state
+            .stages()
+            .finished(&stored, &[], stages::StageResult::TimedOut);
+        if let Ok(request) = http::Request::get("/api/v1/nodes").body(()) {
+            metrics.api().observe(&request);
+        }
+        metrics
+    }
+
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
