@@ -25,26 +25,43 @@ Only the leading operator replica reports the NodeWright gauges (`nodewright_sta
 drops them. Counters and histograms count what each replica did; sum them over replicas.
 Histograms also carry the label `le` on their `_bucket` series.
 
-The worked example reads the operator's endpoint (`$OPERATOR_METRICS` is its base URL, e.g.
-`http://localhost:8080` after
-`kubectl -n nodewright port-forward svc/nodewright-operator-metrics 8080`) after the other pages'
-examples ran stages on the example cluster:
+A NodeWright's series go when it is deleted. The worked example rolls one out and reads the
+operator's endpoint (`$OPERATOR_METRICS` is its base URL, e.g. `http://localhost:8080` after
+`kubectl -n nodewright port-forward svc/nodewright-operator-metrics 8080`):
+
+```yaml apply
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: metrics-demo
+spec:
+  nodeSelectors: {matchLabels: {type: kwok}}
+  packages:
+    tuned: {version: 1.0.0, image: ghcr.io/example/tuned}
+```
 
 ```sh test
-curl -s \"$OPERATOR_METRICS/metrics\" | grep -E '^nodewright_stage_duration_seconds_count' | head -n 3
+kubectl wait --for=condition=Ready nw/metrics-demo --timeout=180s
+curl -s \"$OPERATOR_METRICS/metrics\" > /tmp/operator-metrics.txt
+grep -E '^nodewright_stage_duration_seconds_count\\{nodewright_name=\"metrics-demo\"' /tmp/operator-metrics.txt
+grep -E '^nodewright_status\\{nodewright_name=\"metrics-demo\",status=\"complete\"\\}' /tmp/operator-metrics.txt
 ```
 
 ```text expect
-nodewright_stage_duration_seconds_count{nodewright_name=\"...
+nodewright_stage_duration_seconds_count{nodewright_name=\"metrics-demo\",package_name=\"tuned\",package_version=\"1.0.0\",stage=\"apply\",result=\"complete\"} 4
+nodewright_status{nodewright_name=\"metrics-demo\",status=\"complete\"} 1
 ```
 
 And the webhook's (`$WEBHOOK_METRICS`):
 
 ```sh test
-curl -s \"$WEBHOOK_METRICS/metrics\" | grep -E '^(nodewright_webhook_requests_total|process_open_fds)' | sort | tail -n 2
+curl -s \"$WEBHOOK_METRICS/metrics\" > /tmp/webhook-metrics.txt
+grep -E '^nodewright_webhook_requests_total\\{webhook=\"validate-nodewright\",operation=\"CREATE\",result=\"allowed\"\\}' /tmp/webhook-metrics.txt
+grep -E '^process_open_fds ' /tmp/webhook-metrics.txt
 ```
 
 ```text expect
+nodewright_webhook_requests_total{webhook=\"validate-nodewright\",operation=\"CREATE\",result=\"allowed\"} ...
 process_open_fds ...
 ```
 ";
