@@ -501,12 +501,11 @@ impl Env {
                     params,
                     ..
                 } => {
-                    let mut fates = self.fates.lock().unwrap_or_else(|e| e.into_inner());
-                    if fate == "none" {
-                        fates.remove(&package);
-                    } else {
-                        fates.insert(package, (fate, params));
-                    }
+                    let params: Vec<(&str, &str)> = params
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    self.set_fate(&package, &fate, &params);
                 }
             }
         }
@@ -525,6 +524,20 @@ impl Env {
             ));
         }
         Ok(started.elapsed())
+    }
+
+    /// From now on, the stage pods of `package` play `fate` (`none` removes it).
+    pub fn set_fate(&self, package: &str, fate: &str, params: &[(&str, &str)]) {
+        let mut fates = self.fates.lock().unwrap_or_else(|e| e.into_inner());
+        if fate == "none" {
+            fates.remove(package);
+        } else {
+            let params = params
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            fates.insert(package.to_owned(), (fate.to_owned(), params));
+        }
     }
 
     /// Stops the services (the cluster stops when dropped).
