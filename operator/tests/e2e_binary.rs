@@ -26,19 +26,7 @@ async fn free_port() -> u16 {
 
 /// `GET path` over plain HTTP/1.0: (status code, body); `None` while nothing listens.
 async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
+    get_with_token(port, path, None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -986,16 +986,17 @@ fn monitoring_objects_are_optional_and_consistent() {
 
 #[test]
 fn metrics_authentication_turns_on_in_both_services_with_its_rbac() {
+    let auth_env = |docs: &[Value], expected: &str| {
+        for (name, var) in [
+            ("operator", "METRICS_AUTH"),
+            ("webhook", "WEBHOOK_METRICS_AUTH"),
+        ] {
+            let c = container(find(docs, "Deployment", &format!("{FULL}-{name}")));
+            assert_eq!(env_value(c, var).as_deref(), Some(expected), "{name}");
+        }
+    };
     let docs = default_render();
-    for name in ["operator", "webhook"] {
-        let c = container(find(&docs, "Deployment", &format!("{FULL}-{name}")));
-        let var = if name == "operator" {
-            "METRICS_AUTH"
-        } else {
-            "WEBHOOK_METRICS_AUTH"
-        };
-        assert_eq!(env_value(c, var).as_deref(), Some("false"), "{name}");
-    }
+    auth_env(&docs, "false");
     assert!(
         !docs
             .iter()
@@ -1017,15 +1018,7 @@ fn metrics_authentication_turns_on_in_both_services_with_its_rbac() {
         ],
     )
     .expect("render");
-    for name in ["operator", "webhook"] {
-        let c = container(find(&docs, "Deployment", &format!("{FULL}-{name}")));
-        let var = if name == "operator" {
-            "METRICS_AUTH"
-        } else {
-            "WEBHOOK_METRICS_AUTH"
-        };
-        assert_eq!(env_value(c, var).as_deref(), Some("true"), "{name}");
-    }
+    auth_env(&docs, "true");
     let reviews = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-metrics-auth"));
     assert_eq!(
         reviews["rules"],
