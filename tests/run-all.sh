@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project, the way CI does:
 #   1. builds the local control plane's binaries from their Go modules (cached; minutes the first time),
-#   2. checks formatting, lint and that generated files (crds/) match their generator,
+#   2. builds promtool (tests/prometheus, cached) for the alert rule tests, checks formatting, lint
+#      and that generated files (crds/; docs/reference/metrics.md and the dashboard are checked by
+#      tests/docs/tests/generated.rs) match their generators,
 #   3. builds the test images (as root), for the suite that runs on a real node,
 #   4. runs `cargo test --workspace`: unit tests, property tests, and the end-to-end suites, which
 #      start real local clusters (etcd + kube-apiserver + kube-controller-manager + kwok, and one
@@ -13,6 +15,9 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "building the local control plane (cached after the first run)"
 tests/controlplane/build.sh >&2
+
+step "building promtool from the Prometheus Go module (cached after the first run; alert rule tests)"
+tests/prometheus/build.sh >&2
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

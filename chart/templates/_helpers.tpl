@@ -152,3 +152,25 @@ rules:
     operations: [{{ .operations }}]
     scope: Cluster
 {{- end -}}
+
+{{/* The operator's resources: operator.resources when set, else the sizing formula
+(values.yaml `sizing`, docs/sizing.md). */}}
+{{- define "nodewright.operatorResources" -}}
+{{- if .Values.operator.resources -}}
+{{- toYaml .Values.operator.resources -}}
+{{- else -}}
+{{- $s := .Values.sizing -}}
+{{- $nodes := float64 $s.expectedNodes -}}
+{{- $packages := float64 $s.expectedPackages -}}
+{{- $memRequest := ceil (addf $s.memoryBaseMiB (divf (mulf $nodes $packages $s.memoryPerNodePackageKiB) 1024)) | int -}}
+{{- $memLimit := ceil (mulf $memRequest $s.memoryLimitFactor) | int -}}
+{{- $cpuRequest := ceil (addf $s.cpuBaseMillicores (mulf $nodes $s.cpuPerNodeMillicores)) | int -}}
+{{- $cpuLimit := max (int $s.cpuLimitMinMillicores) (ceil (mulf $cpuRequest $s.cpuLimitFactor) | int) -}}
+requests:
+  cpu: {{ printf "%dm" $cpuRequest }}
+  memory: {{ printf "%dMi" $memRequest }}
+limits:
+  cpu: {{ printf "%dm" $cpuLimit }}
+  memory: {{ printf "%dMi" $memLimit }}
+{{- end -}}
+{{- end -}}

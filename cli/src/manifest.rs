@@ -48,7 +48,7 @@ pub fn read(path: &Path) -> Result<Vec<Document>> {
         })?
     };
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+    for (i, doc) in yaml_serde::Deserializer::from_str(&text).enumerate() {
         let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| {
             CliError::Invalid(format!(
                 "{file}: document {} is not YAML or JSON: {e}",

@@ -25,7 +25,7 @@ pub fn print<R: Render>(format: Format, value: &R) -> Result<()> {
             s.push('\n');
             s
         }
-        Format::Yaml => serde_yaml::to_string(value)
+        Format::Yaml => yaml_serde::to_string(value)
             .map_err(|e| CliError::Invalid(format!("cannot encode the output: {e}")))?,
     };
     let mut out = std::io::stdout().lock();

@@ -454,8 +454,8 @@ async fn plan_previews_the_batches_the_operator_then_runs() {
         &file,
         format!(
             "{}---\n{}",
-            serde_yaml::to_string(&changed_nw).expect("yaml"),
-            serde_yaml::to_string(&changed_policy).expect("yaml")
+            yaml_serde::to_string(&changed_nw).expect("yaml"),
+            yaml_serde::to_string(&changed_policy).expect("yaml")
         ),
     )
     .expect("manifest");

@@ -48,7 +48,7 @@ async fn serve(
     config: OperatorConfig,
     webhook_certs: Option<nodewright_operator::webhook_certs::Settings>,
 ) -> ExitCode {
-    info!(version = env!("CARGO_PKG_VERSION"), namespace = %config.jobs.namespace, "starting");
+    info!(version = env!("CARGO_PKG_VERSION"), namespace = %config.jobs.namespace, metrics_auth = config.metrics_auth, "starting");
     let metrics = Metrics::new();
     // Every request of the operator's client is counted (nodewright_operator_api_requests_total).
     let client = match kube::Config::infer()
@@ -74,9 +74,14 @@ async fn serve(
     };
     let shutdown = CancellationToken::new();
     let admin_stop = CancellationToken::new();
+    // METRICS_AUTH: scrapes are reviewed with the operator's own client (TokenReview, then
+    // SubjectAccessReview of get /metrics).
+    let auth = config
+        .metrics_auth
+        .then(|| nodewright_telemetry::MetricsAuth::new(client.clone(), "/metrics"));
     let admin_task = tokio::spawn(admin::serve(
         listeners,
-        admin::router(Arc::new(metrics), readiness.clone()),
+        admin::router_with_auth(Arc::new(metrics), readiness.clone(), auth),
         admin_stop.clone(),
     ));
     tokio::spawn(stop_on_signal(shutdown.clone()));

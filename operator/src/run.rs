@@ -178,6 +178,8 @@ pub async fn run_instrumented(
         )
         .await;
         stop.cancel();
+        // A replica that no longer leads reports no NodeWright gauges (the new leader does).
+        state_metrics.forget_gauges();
         if let Some(certs) = certs {
             match certs.await {
                 Ok(Ok(())) => {}

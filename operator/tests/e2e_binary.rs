@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use kube::api::{Api, PostParams};
 use nodewright_e2e::{Cluster, ClusterOptions};
+use nodewright_operator::metrics::Metrics;
+use nodewright_operator::runtime::admin::{Readiness, bind, router_with_auth, serve};
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -24,19 +26,7 @@ async fn free_port() -> u16 {
 
 /// `GET path` over plain HTTP/1.0: (status code, body); `None` while nothing listens.
 async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
+    get_with_token(port, path, None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,4 +117,142 @@ async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
         .expect("the operator stops after SIGTERM")
         .expect("exit status");
     assert_eq!(status.code(), Some(0), "graceful stop");
+}
+
+/// `GET path` with `Authorization: Bearer <token>` when given: (status code, body).
+async fn get_with_token(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// `/metrics` behind the authentication of `METRICS_AUTH=true`, against the real apiserver: a ServiceAccount bound to a ClusterRole with
+/// `get` on the non-resource URL `/metrics` scrapes; another ServiceAccount's valid token is
+/// refused (403), a forged token and no token are unauthenticated (401); the probes stay open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_authentication_admits_the_bound_token_only() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cluster = Cluster::shared(ClusterOptions::default())
+        .await
+        .expect("local control plane");
+    let ns = cluster
+        .create_namespace("metrics-auth")
+        .await
+        .expect("namespace");
+    let reader = format!("{ns}-metrics-reader");
+    let rbac = format!(
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: scraper, namespace: {ns}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: stranger, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {reader}}}
+rules: [{{nonResourceURLs: ["/metrics"], verbs: ["get"]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {reader}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {reader}}}
+subjects: [{{kind: ServiceAccount, name: scraper, namespace: {ns}}}]
+"#
+    );
+    let manifest = std::env::temp_dir().join(format!("{ns}-rbac.yaml"));
+    std::fs::write(&manifest, rbac).expect("write");
+    cluster
+        .kubectl(&["apply", "-f", &manifest.to_string_lossy()])
+        .await
+        .expect("RBAC applied");
+    std::fs::remove_file(&manifest).ok();
+    let token = |sa: &'static str| {
+        let cluster = &cluster;
+        let ns = ns.clone();
+        async move {
+            cluster
+                .kubectl(&["create", "token", sa, "-n", &ns, "--duration", "10m"])
+                .await
+                .expect("token")
+                .trim()
+                .to_owned()
+        }
+    };
+    let (allowed, denied) = (token("scraper").await, token("stranger").await);
+
+    // The admin server the binary serves with METRICS_AUTH=true (main.rs), in-process: an operator
+    // binary here would also reconcile the other tests' NodeWrights. The chart install suite runs
+    // both binaries with the option from the chart's env.
+    let client = cluster.client().await.expect("client");
+    let auth = nodewright_telemetry::MetricsAuth::new(client, "/metrics");
+    let port = free_port().await;
+    let listeners = bind(&[std::net::SocketAddr::from(([127, 0, 0, 1], port))])
+        .await
+        .expect("bind");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(serve(
+        listeners,
+        router_with_auth(
+            std::sync::Arc::new(Metrics::new()),
+            Readiness::default(),
+            Some(auth),
+        ),
+        stop.clone(),
+    ));
+    let (code, _) = get(port, "/readyz").await.expect("answer");
+    assert_eq!(code, 200, "the probes need no token");
+
+    let (code, body) = get_with_token(port, "/metrics", Some(&allowed))
+        .await
+        .expect("answer");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("nodewright_operator_is_leader"), "{body}");
+    assert!(body.contains("\nprocess_resident_memory_bytes "), "{body}");
+    let (code, body) = get_with_token(port, "/metrics", Some(&denied))
+        .await
+        .expect("answer");
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(&format!("system:serviceaccount:{ns}:stranger")),
+        "the refusal names who was refused: {body}"
+    );
+    let (code, body) = get_with_token(port, "/metrics", Some("forged.token.value"))
+        .await
+        .expect("answer");
+    assert_eq!(code, 401, "{body}");
+    let (code, _) = get_with_token(port, "/metrics", None)
+        .await
+        .expect("answer");
+    assert_eq!(code, 401);
+    // Cached or not, the answers stay the same.
+    let (code, _) = get_with_token(port, "/metrics", Some(&allowed))
+        .await
+        .expect("answer");
+    assert_eq!(code, 200);
+    let (code, _) = get_with_token(port, "/metrics", Some(&denied))
+        .await
+        .expect("answer");
+    assert_eq!(code, 403);
+    stop.cancel();
+    server.await.expect("server task").expect("server stops");
+    cluster
+        .kubectl(&["delete", "clusterrolebinding,clusterrole", &reader])
+        .await
+        .expect("cleanup");
 }

@@ -31,7 +31,7 @@ pub enum CrdError {
         name: String,
         /// Cause.
         #[source]
-        source: serde_yaml::Error,
+        source: yaml_serde::Error,
     },
 }
 
@@ -46,7 +46,7 @@ pub fn render() -> Result<Vec<CrdFile>, CrdError> {
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            let body = serde_yaml::to_string(&crd).map_err(|source| CrdError::Serialize {
+            let body = yaml_serde::to_string(&crd).map_err(|source| CrdError::Serialize {
                 name: name.clone(),
                 source,
             })?;

@@ -49,7 +49,7 @@ fn schema_for(kind: &str) -> Value {
 
 fn load(path: &Path) -> (String, Value) {
     let text = std::fs::read_to_string(path).expect("readable example");
-    let value: Value = serde_yaml::from_str(&text).expect("example is YAML");
+    let value: Value = yaml_serde::from_str(&text).expect("example is YAML");
     (text, value)
 }
 

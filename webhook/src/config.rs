@@ -24,6 +24,11 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: String,
 
+    /// Serve /metrics only to a bearer token the apiserver authenticates (TokenReview) and
+    /// authorises for `get` on `/metrics` (SubjectAccessReview).
+    #[arg(long, env = "WEBHOOK_METRICS_AUTH", default_value_t = false, action = clap::ArgAction::Set)]
+    pub metrics_auth: bool,
+
     /// PEM certificate chain file (with --tls-key-file). Re-read when it changes, including the
     /// kubelet's symlink swap of a mounted Secret.
     #[arg(long, env = "WEBHOOK_TLS_CERT_FILE")]
@@ -104,6 +109,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Metrics listen address.
     pub metrics_listen: SocketAddr,
+    /// Whether /metrics needs an authorised bearer token.
+    pub metrics_auth: bool,
     /// Certificate source.
     pub cert_source: CertSource,
     /// File poll interval.
@@ -290,6 +297,7 @@ impl Args {
             ) if problems.is_empty() => Ok(Config {
                 listen,
                 metrics_listen,
+                metrics_auth: self.metrics_auth,
                 cert_source,
                 tls_reload_interval,
                 max_body_bytes: self.max_body_bytes,

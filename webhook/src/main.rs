@@ -8,7 +8,7 @@ use clap::Parser;
 use nodewright_webhook::cache::ClusterCache;
 use nodewright_webhook::config::{Args, CertSource, Config, LogFormat};
 use nodewright_webhook::metrics::Metrics;
-use nodewright_webhook::routes::{AppState, Readiness, metrics_router, router};
+use nodewright_webhook::routes::{AppState, Readiness, metrics_router_with_auth, router};
 use nodewright_webhook::server::{Limits, serve_tls, stopped};
 use nodewright_webhook::tls::{self, CertStore};
 use tokio::net::TcpListener;
@@ -64,7 +64,10 @@ async fn main() -> ExitCode {
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let metrics = Metrics::new();
-    let certs = CertStore::with_metric(metrics.certificate_loads.clone());
+    let certs = CertStore::with_metrics(
+        metrics.certificate_loads.clone(),
+        metrics.certificate_expiry.clone(),
+    );
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("cannot build a Kubernetes client (in-cluster or KUBECONFIG): {e}"))?;
@@ -94,6 +97,9 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let ready = Readiness::new(certs.clone());
+    let auth = config
+        .metrics_auth
+        .then(|| nodewright_telemetry::MetricsAuth::new(client.clone(), "/metrics"));
     let cache = ClusterCache::start(client);
     {
         let cache = cache.clone();
@@ -123,7 +129,7 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
 
     let mut metrics_stop = stop_rx.clone();
     let metrics_server = tokio::spawn(async move {
-        axum::serve(metrics_listener, metrics_router(metrics))
+        axum::serve(metrics_listener, metrics_router_with_auth(metrics, auth))
             .with_graceful_shutdown(async move { stopped(&mut metrics_stop).await })
             .await
     });

@@ -36,8 +36,11 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     /// `nodewright_webhook_request_duration_seconds`.
     pub latency: HistogramFamily,
-    /// `nodewright_webhook_certificate_reloads`: certificates loaded since start.
+    /// `nodewright_webhook_certificate_loads`: certificates loaded since start.
     pub certificate_loads: Gauge,
+    /// `nodewright_webhook_certificate_expiry_timestamp_seconds`: notAfter of the served
+    /// certificate (the expiry alert fires when it nears `time()`).
+    pub certificate_expiry: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -46,9 +49,12 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// Registers every metric under the `nodewright_webhook` prefix.
+    /// Registers the process collector (`process_*`) and every webhook metric under the
+    /// `nodewright_webhook` prefix.
     pub fn new() -> Arc<Self> {
-        let mut registry = Registry::with_prefix("nodewright_webhook");
+        let mut root = Registry::default();
+        nodewright_telemetry::ProcessCollector::register(&mut root);
+        let registry = root.sub_registry_with_prefix("nodewright_webhook");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
@@ -67,12 +73,62 @@ impl Metrics {
             "Serving certificates loaded since start (first load and every reload)",
             certificate_loads.clone(),
         );
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the served certificate expires (notAfter), in seconds since the Unix epoch",
+            certificate_expiry.clone(),
+        );
         Arc::new(Metrics {
-            registry,
+            registry: root,
             requests,
             latency,
             certificate_loads,
+            certificate_expiry,
         })
+    }
+
+    /// A registry with one series in every family (an exposition leaves empty families out), for
+    /// the generated metrics reference.
+    pub fn exemplified() -> Arc<Self> {
+        let m = Metrics::new();
+        m.requests
+            .get_or_create(&RequestLabels {
+                webhook: "validate-nodewright",
+                operation: "CREATE",
+                result: "allowed",
+            })
+            .inc();
+        m.latency
+            .get_or_create(&WebhookLabel {
+                webhook: "validate-nodewright",
+            })
+            .observe(0.001);
+        m
+    }
+
+    /// The label names of every metric family the webhook exports, by full name (without the
+    /// exposition's `_total`/`_bucket`/`_sum`/`_count` suffixes), for the metrics reference.
+    pub fn catalogue() -> Vec<(String, Vec<&'static str>)> {
+        let mut out: Vec<(String, Vec<&'static str>)> = vec![
+            (
+                "nodewright_webhook_requests".into(),
+                vec!["webhook", "operation", "result"],
+            ),
+            (
+                "nodewright_webhook_request_duration_seconds".into(),
+                vec!["webhook"],
+            ),
+            ("nodewright_webhook_certificate_loads".into(), vec![]),
+            (
+                "nodewright_webhook_certificate_expiry_timestamp_seconds".into(),
+                vec![],
+            ),
+        ];
+        for process in nodewright_telemetry::process::NAMES {
+            out.push(((*process).into(), vec![]));
+        }
+        out
     }
 
     /// The OpenMetrics text exposition.

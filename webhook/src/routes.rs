@@ -168,21 +168,33 @@ pub fn limited<S: Clone + Send + Sync + 'static>(
         ))
 }
 
-/// The plain-HTTP metrics router.
+/// The plain-HTTP metrics router, open.
 pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
-    Router::new().route(
-        "/metrics",
-        get(move || {
-            let metrics = metrics.clone();
-            async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.encode(),
-                )
-            }
-        }),
-    )
+    metrics_router_with_auth(metrics, None)
+}
+
+/// The plain-HTTP metrics router, `/metrics` behind `auth` when given (`WEBHOOK_METRICS_AUTH`).
+pub fn metrics_router_with_auth(
+    metrics: Arc<Metrics>,
+    auth: Option<nodewright_telemetry::MetricsAuth>,
+) -> Router {
+    let mut route = get(move || {
+        let metrics = metrics.clone();
+        async move {
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                metrics.encode(),
+            )
+        }
+    });
+    if let Some(auth) = auth {
+        route = route.layer(axum::middleware::from_fn_with_state(
+            auth,
+            nodewright_telemetry::auth::require,
+        ));
+    }
+    Router::new().route("/metrics", route)
 }

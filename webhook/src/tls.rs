@@ -78,6 +78,8 @@ pub struct CertStore {
     generation: AtomicU64,
     /// Mirrors `generation` into a metric when set.
     loads: Option<Gauge>,
+    /// The current leaf certificate's notAfter (seconds since the epoch) when set.
+    expiry: Option<Gauge>,
 }
 
 impl CertStore {
@@ -94,12 +96,25 @@ impl CertStore {
         })
     }
 
+    /// As [`CertStore::with_metric`], and the served certificate's expiry time in `expiry`.
+    pub fn with_metrics(loads: Gauge, expiry: Gauge) -> Arc<Self> {
+        Arc::new(Self {
+            loads: Some(loads),
+            expiry: Some(expiry),
+            ..Self::default()
+        })
+    }
+
     /// Installs a new certificate for every later handshake.
     pub fn set(&self, key: CertifiedKey) {
+        let not_after = key.cert.first().and_then(|c| not_after(c.as_ref()));
         self.current.store(Some(Arc::new(key)));
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(g) = &self.loads {
             g.set(i64::try_from(generation).unwrap_or(i64::MAX));
+        }
+        if let (Some(g), Some(t)) = (&self.expiry, not_after) {
+            g.set(t);
         }
     }
 
@@ -120,6 +135,13 @@ impl CertStore {
             .as_ref()
             .and_then(|k| k.cert.first().map(|c| c.as_ref().to_vec()))
     }
+}
+
+/// The notAfter of a DER certificate, in seconds since the epoch (what the expiry alert compares
+/// with `time()`).
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
 }
 
 impl ResolvesServerCert for CertStore {

@@ -56,7 +56,7 @@ impl Run {
 
     /// Stdout parsed as YAML.
     pub fn yaml(&self) -> Value {
-        serde_yaml::from_str(self.ok()).unwrap_or_else(|e| panic!("YAML output: {e}: {self:#?}"))
+        yaml_serde::from_str(self.ok()).unwrap_or_else(|e| panic!("YAML output: {e}: {self:#?}"))
     }
 }
 

@@ -1,9 +1,12 @@
-//! The operator's Prometheus registry (metric names `nodewright_*`, DESIGN §10). Built mutable at
-//! startup so each reconciler registers its own metrics, then shared read-only with the admin
-//! server that encodes it on every scrape. The NodeWright gauges and reconcile counters live in
-//! [`crate::metrics::state`].
+//! The operator's Prometheus registry (metric names `nodewright_*`, DESIGN §10, and the standard
+//! `process_*`). Built mutable at startup so each reconciler registers its own metrics, then shared
+//! read-only with the admin server that encodes it on every scrape. The NodeWright gauges and
+//! reconcile counters live in [`crate::metrics::state`], the per-stage metrics in
+//! [`crate::metrics::stages`]. [`catalogue`] names the labels of every family, for the generated
+//! metrics reference (docs/reference/metrics.md).
 
 pub mod api;
+pub mod stages;
 pub mod state;
 
 use prometheus_client::metrics::counter::Counter;
@@ -40,9 +43,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with the `nodewright` prefix and the leader-election metrics registered.
+    /// A registry with the process collector, and under the `nodewright` prefix the leader-election,
+    /// NodeWright, stage and API metrics.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("nodewright");
+        let mut root = Registry::default();
+        nodewright_telemetry::ProcessCollector::register(&mut root);
+        let registry = root.sub_registry_with_prefix("nodewright");
         let leader = LeaderMetrics::default();
         registry.register(
             "operator_is_leader",
@@ -54,10 +60,10 @@ impl Metrics {
             "Times this operator replica gained or lost leadership",
             leader.transitions.clone(),
         );
-        let state = StateMetrics::registered(&mut registry);
-        let api = ApiMetrics::registered(&mut registry);
+        let state = StateMetrics::registered(registry);
+        let api = ApiMetrics::registered(registry);
         Metrics {
-            registry,
+            registry: root,
             leader,
             state,
             api,
@@ -81,7 +87,93 @@ impl Metrics {
 
     /// Where reconcilers register their metrics; names get the `nodewright_` prefix.
     pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
+        self.registry.sub_registry_with_prefix("nodewright")
+    }
+
+    /// A registry with one series in every family (families without series are not in an
+    /// exposition at all): what the generated metrics reference reads names, types, help and
+    /// labels from.
+    pub fn exemplified() -> Self {
+        use nodewright_shared::api::{
+            BatchState, CompartmentStatus, NodeWright, NodeWrightSpec, NodeWrightStatus, Package,
+        };
+        use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
+        let metrics = Metrics::new();
+        let spec = NodeWrightSpec {
+            packages: [(
+                "example".to_owned(),
+                Package {
+                    version: "1.0.0".into(),
+                    ..Package::default()
+                },
+            )]
+            .into(),
+            ..NodeWrightSpec::default()
+        };
+        let nodewright = NodeWright::new("example", spec);
+        let mut node = NodeState::default();
+        node.upsert(PackageStatus {
+            name: "example".into(),
+            version: "1.0.0".into(),
+            image: "example".into(),
+            container_sha: String::new(),
+            stage: Stage::Apply,
+            state: Some(State::Complete),
+            restarts: 0,
+        });
+        let status = NodeWrightStatus {
+            node_state: [("node".to_owned(), node)].into(),
+            compartment_statuses: [(
+                "__default__".to_owned(),
+                CompartmentStatus {
+                    batch_state: Some(BatchState::default()),
+                    ..CompartmentStatus::default()
+                },
+            )]
+            .into(),
+            ..NodeWrightStatus::default()
+        };
+        let state = metrics.state();
+        state.report(
+            "example",
+            state::samples(&nodewright, &status, &Default::default()),
+        );
+        state.count_reconcile("nodewright", state::Outcome::Success);
+        let annotation = crate::jobs::PackageAnnotation {
+            name: "example".into(),
+            version: "1.0.0".into(),
+            nodewright: "example".into(),
+            stage: Stage::Apply,
+            image: "example".into(),
+            container_sha: None,
+        };
+        let mut job = k8s_openapi::api::batch::v1::Job::default();
+        job.metadata.annotations = annotation
+            .to_json()
+            .ok()
+            .map(|a| [(nodewright_shared::keys::PACKAGE_ANNOTATION.to_owned(), a)].into());
+        state.stages().created(&job);
+        let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        );
+        job.metadata.creation_timestamp = Some(at.clone());
+        job.status = Some(k8s_openapi::api::batch::v1::JobStatus {
+            conditions: Some(vec![k8s_openapi::api::batch::v1::JobCondition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                last_transition_time: Some(at),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let stored = crate::jobs::stored::StoredJob::of(&job);
+        state
+            .stages()
+            .finished(&stored, &[], stages::StageResult::TimedOut);
+        if let Ok(request) = http::Request::get("/api/v1/nodes").body(()) {
+            metrics.api().observe(&request);
+        }
+        metrics
     }
 
     /// The OpenMetrics text exposition.
@@ -94,6 +186,47 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The label names of every metric family the operator exports, by full name (without the
+/// `_total`, `_bucket`, `_sum`, `_count` suffixes of the exposition). Histograms also carry `le`.
+pub fn catalogue() -> Vec<(String, Vec<&'static str>)> {
+    let mut out: Vec<(String, Vec<&'static str>)> = vec![
+        ("nodewright_operator_is_leader".into(), vec![]),
+        ("nodewright_operator_leader_transitions".into(), vec![]),
+        (
+            "nodewright_operator_api_requests".into(),
+            vec!["verb", "resource"],
+        ),
+        ("nodewright_reconcile".into(), vec!["controller", "result"]),
+    ];
+    for gauge in state::Gauges::all() {
+        out.push((
+            format!("nodewright_{}", gauge.name()),
+            gauge.label_names().to_vec(),
+        ));
+    }
+    let stage = vec![
+        "nodewright_name",
+        "package_name",
+        "package_version",
+        "stage",
+    ];
+    let finished = vec![
+        "nodewright_name",
+        "package_name",
+        "package_version",
+        "stage",
+        "result",
+    ];
+    out.push(("nodewright_stage_jobs_created".into(), stage.clone()));
+    out.push(("nodewright_stage_timeouts".into(), stage));
+    out.push(("nodewright_stage_duration_seconds".into(), finished.clone()));
+    out.push(("nodewright_stage_attempts".into(), finished));
+    for process in nodewright_telemetry::process::NAMES {
+        out.push(((*process).into(), vec![]));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -119,5 +252,9 @@ mod tests {
         );
         assert!(text.contains("nodewright_packages_in_progress 4"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+        if std::path::Path::new("/proc/self/stat").exists() {
+            assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
+            assert!(!text.contains("nodewright_process_"), "{text}");
+        }
     }
 }

@@ -10,7 +10,8 @@
 //! - `nodewright_package_restarts_count{…}`: failed attempts summed over the nodes;
 //! - `nodewright_rollout_*{nodewright_name,policy_name,compartment_name,strategy}`: per compartment
 //!   (matched_nodes, ceiling, in_progress, completed, progress_percent, and from the batch state
-//!   current_batch, consecutive_failures, should_stop — 0 without a strategy);
+//!   current_batch, consecutive_failures, should_stop, batch_completed_nodes, batch_failed_nodes,
+//!   last_batch_size, last_batch_failed — 0 without a strategy);
 //! - `nodewright_reconcile_total{controller,result}`: reconciles run, by outcome.
 //!
 //! The values are computed by the pure [`samples`] from the status the rollout reconciler just
@@ -26,6 +27,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use crate::metrics::stages::StageMetrics;
 
 /// Label pairs of one series.
 pub type Labels = Vec<(String, String)>;
@@ -86,10 +89,18 @@ pub enum Gauges {
     RolloutConsecutiveFailures,
     /// `rollout_should_stop`.
     RolloutShouldStop,
+    /// `rollout_batch_completed_nodes`.
+    RolloutBatchCompletedNodes,
+    /// `rollout_batch_failed_nodes`.
+    RolloutBatchFailedNodes,
+    /// `rollout_last_batch_size`.
+    RolloutLastBatchSize,
+    /// `rollout_last_batch_failed`.
+    RolloutLastBatchFailed,
 }
 
 impl Gauges {
-    const ALL: [Gauges; 14] = [
+    const ALL: [Gauges; 18] = [
         Gauges::Status,
         Gauges::NodeStatusCount,
         Gauges::NodeTargetCount,
@@ -104,7 +115,21 @@ impl Gauges {
         Gauges::RolloutCurrentBatch,
         Gauges::RolloutConsecutiveFailures,
         Gauges::RolloutShouldStop,
+        Gauges::RolloutBatchCompletedNodes,
+        Gauges::RolloutBatchFailedNodes,
+        Gauges::RolloutLastBatchSize,
+        Gauges::RolloutLastBatchFailed,
     ];
+
+    /// Every gauge.
+    pub fn all() -> [Gauges; 18] {
+        Self::ALL
+    }
+
+    /// Its name without the `nodewright_` prefix.
+    pub fn name(self) -> &'static str {
+        self.describe().0
+    }
 
     /// Name (registered with the `nodewright` prefix) and help.
     fn describe(self) -> (&'static str, &'static str) {
@@ -150,6 +175,50 @@ impl Gauges {
                 "rollout_should_stop",
                 "1 when failed batches stopped the compartment's rollout",
             ),
+            Gauges::RolloutBatchCompletedNodes => (
+                "rollout_batch_completed_nodes",
+                "Complete nodes of the compartment at the last batch evaluation",
+            ),
+            Gauges::RolloutBatchFailedNodes => (
+                "rollout_batch_failed_nodes",
+                "Erroring nodes of the compartment at the last batch evaluation",
+            ),
+            Gauges::RolloutLastBatchSize => (
+                "rollout_last_batch_size",
+                "Nodes in the compartment's last batch",
+            ),
+            Gauges::RolloutLastBatchFailed => (
+                "rollout_last_batch_failed",
+                "1 when the compartment's last batch failed its threshold",
+            ),
+        }
+    }
+
+    /// The label names of the gauge's series, in order (what the metrics reference documents; a
+    /// test checks every sample carries exactly these).
+    pub fn label_names(self) -> &'static [&'static str] {
+        match self {
+            Gauges::Status | Gauges::NodeStatusCount => &["nodewright_name", "status"],
+            Gauges::NodeTargetCount => &["nodewright_name"],
+            Gauges::PackageStateCount => &[
+                "nodewright_name",
+                "package_name",
+                "package_version",
+                "state",
+            ],
+            Gauges::PackageStageCount => &[
+                "nodewright_name",
+                "package_name",
+                "package_version",
+                "stage",
+            ],
+            Gauges::PackageRestartsCount => &["nodewright_name", "package_name", "package_version"],
+            _ => &[
+                "nodewright_name",
+                "policy_name",
+                "compartment_name",
+                "strategy",
+            ],
         }
     }
 }
@@ -268,6 +337,13 @@ pub fn samples(
                 batch.consecutive_failures,
             ),
             (Gauges::RolloutShouldStop, i32::from(batch.should_stop)),
+            (Gauges::RolloutBatchCompletedNodes, batch.completed_nodes),
+            (Gauges::RolloutBatchFailedNodes, batch.failed_nodes),
+            (Gauges::RolloutLastBatchSize, batch.last_batch_size),
+            (
+                Gauges::RolloutLastBatchFailed,
+                i32::from(batch.last_batch_failed),
+            ),
         ] {
             push(gauge, l.clone(), i64::from(value));
         }
@@ -298,6 +374,7 @@ impl Outcome {
 pub struct StateMetrics {
     gauges: BTreeMap<Gauges, Family<Labels, Gauge>>,
     reconciles: Family<Labels, Counter>,
+    stages: StageMetrics,
     /// Series written last per NodeWright, so the ones it no longer has are removed.
     written: Arc<Mutex<Written>>,
 }
@@ -317,7 +394,13 @@ impl StateMetrics {
             "Reconciles run, by controller and result",
             metrics.reconciles.clone(),
         );
+        metrics.stages = StageMetrics::registered(registry);
         metrics
+    }
+
+    /// The per-stage durations, attempts, timeouts and Job creations ([`crate::metrics::stages`]).
+    pub fn stages(&self) -> &StageMetrics {
+        &self.stages
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Written> {
@@ -345,10 +428,23 @@ impl StateMetrics {
         written.insert(nodewright.to_owned(), now);
     }
 
-    /// Removes every series of a NodeWright (it is being deleted).
+    /// Removes every series of a NodeWright (it is being deleted), its stage series too.
     pub fn forget(&self, nodewright: &str) {
+        self.stages.forget(nodewright);
         let before = self.lock().remove(nodewright).unwrap_or_default();
         for (gauge, labels) in before {
+            if let Some(family) = self.gauges.get(&gauge) {
+                family.remove(&labels);
+            }
+        }
+    }
+
+    /// Removes every NodeWright's gauges: this replica stopped leading. A standby then reports
+    /// none, so a dashboard or an alert never reads a former leader's frozen values next to the
+    /// new leader's. Counters and histograms stay (they count what this replica did).
+    pub fn forget_gauges(&self) {
+        let all = std::mem::take(&mut *self.lock());
+        for (gauge, labels) in all.into_values().flatten() {
             if let Some(family) = self.gauges.get(&gauge) {
                 family.remove(&labels);
             }
@@ -427,6 +523,10 @@ mod tests {
                     batch_state: Some(BatchState {
                         current_batch: 2,
                         consecutive_failures: 1,
+                        completed_nodes: 1,
+                        failed_nodes: 1,
+                        last_batch_size: 2,
+                        last_batch_failed: true,
                         ..BatchState::default()
                     }),
                 },
@@ -505,6 +605,29 @@ mod tests {
     }
 
     #[test]
+    fn every_sample_carries_exactly_the_documented_labels() {
+        let (nw, status) = fixture();
+        let s = samples(&nw, &status, &BTreeMap::new());
+        for gauge in Gauges::ALL {
+            assert!(s.iter().any(|x| x.gauge == gauge), "{gauge:?} sampled");
+        }
+        for sample in &s {
+            let names: Vec<&str> = sample.labels.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(names, sample.gauge.label_names(), "{:?}", sample.gauge);
+        }
+        let rollout = [
+            ("policy_name", LEGACY_POLICY),
+            ("compartment_name", "__default__"),
+        ];
+        assert_eq!(
+            value(&s, Gauges::RolloutBatchCompletedNodes, &rollout),
+            Some(1)
+        );
+        assert_eq!(value(&s, Gauges::RolloutLastBatchSize, &rollout), Some(2));
+        assert_eq!(value(&s, Gauges::RolloutLastBatchFailed, &rollout), Some(1));
+    }
+
+    #[test]
     fn series_a_nodewright_no_longer_has_are_removed() {
         let mut registry = Registry::with_prefix("nodewright");
         let metrics = StateMetrics::registered(&mut registry);
@@ -552,5 +675,14 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         assert!(!text.contains(r#"nodewright_name="nw""#), "{text}");
+
+        // Leadership lost: every gauge goes, the counters stay.
+        metrics.report("a", samples(&nw, &status, &BTreeMap::new()));
+        metrics.report("b", samples(&nw, &status, &BTreeMap::new()));
+        metrics.forget_gauges();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(!text.contains("nodewright_status{"), "{text}");
+        assert!(text.contains("nodewright_reconcile_total{"), "{text}");
     }
 }

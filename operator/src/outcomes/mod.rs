@@ -36,6 +36,7 @@ use crate::jobs::outcome::{
 };
 use crate::jobs::read::{Recorded, node_of, package_of, recorded};
 use crate::jobs::stored::{CONTROLLER_UID_LABEL, StoredJob, StoredPod};
+use crate::metrics::stages::StageResult;
 use crate::metrics::state::Outcome;
 use crate::node::edit::NodeEdit;
 use crate::node::record::{Record, apply_record};
@@ -197,6 +198,9 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
                     ctx.config.jobs.defaults.ttl_succeeded_seconds(),
                 )
                 .await?;
+            ctx.metrics
+                .stages()
+                .finished(job, &pods, StageResult::Complete);
             Ok(Action::await_change())
         }
         JobOutcome::TimedOut => {
@@ -230,6 +234,9 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
                     ctx.config.jobs.defaults.ttl_failed_seconds(),
                 )
                 .await?;
+            ctx.metrics
+                .stages()
+                .finished(job, &pods, StageResult::TimedOut);
             info!(node, package = %annotation.name, stage = %annotation.stage, "stage timed out; Job kept as evidence");
             Ok(Action::await_change())
         }

@@ -72,6 +72,7 @@ pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
     let name = job.name_any();
     match ctx.writer.create_job(&job).await {
         Ok(_) => {
+            ctx.metrics.stages().created(&job);
             info!(job = %name, "created Job");
             Ok(())
         }

@@ -196,6 +196,7 @@ pub async fn mark_absorbed(ctx: &Context, absorbed: &[String]) -> Result<(), Rec
                 ctx.config.jobs.defaults.ttl_succeeded_seconds(),
             )
             .await?;
+        ctx.metrics.stages().absorbed(ctx, job);
         debug!(%job, "outcome recorded with the node's next stage");
     }
     Ok(())

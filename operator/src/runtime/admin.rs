@@ -5,7 +5,9 @@
 //! - `/readyz` answers once the caches the reconcilers read from have synced ([`Readiness`]).
 //!   Leadership plays no part: standbys keep their caches warm and are ready, so a failover needs
 //!   no relist, and a rollout is not blocked by pods that are (correctly) not leading.
-//! - `/metrics` is the OpenMetrics exposition of [`Metrics`].
+//! - `/metrics` is the OpenMetrics exposition of [`Metrics`]; with `METRICS_AUTH=true` only for a
+//!   bearer token the apiserver authenticates and authorises for `get` on `/metrics`
+//!   ([`nodewright_telemetry::auth`]). The probes never need a token (the kubelet sends none).
 //!
 //! The same router can be served on several addresses (`METRICS_LISTEN`, `PROBE_LISTEN`); equal
 //! addresses are bound once.
@@ -19,6 +21,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use nodewright_telemetry::MetricsAuth;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span};
@@ -96,12 +99,28 @@ struct AdminState {
     readiness: Readiness,
 }
 
-/// `/healthz`, `/readyz` and `/metrics`.
+/// `/healthz`, `/readyz` and `/metrics`, all open.
 pub fn router(metrics: Arc<Metrics>, readiness: Readiness) -> Router {
+    router_with_auth(metrics, readiness, None)
+}
+
+/// [`router`], with `/metrics` behind `auth` when given.
+pub fn router_with_auth(
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    auth: Option<MetricsAuth>,
+) -> Router {
+    let mut metrics_route = get(metrics_text);
+    if let Some(auth) = auth {
+        metrics_route = metrics_route.layer(axum::middleware::from_fn_with_state(
+            auth,
+            nodewright_telemetry::auth::require,
+        ));
+    }
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
+        .route("/metrics", metrics_route)
         .with_state(AdminState { metrics, readiness })
 }
 

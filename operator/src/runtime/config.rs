@@ -59,6 +59,9 @@ pub const ENV_HOSTNAME: &str = "HOSTNAME";
 pub const ENV_METRICS_LISTEN: &str = "METRICS_LISTEN";
 /// Plain-HTTP address of `/healthz` and `/readyz`.
 pub const ENV_PROBE_LISTEN: &str = "PROBE_LISTEN";
+/// `true`: `/metrics` answers only a bearer token the apiserver authenticates and authorises for
+/// `get` on `/metrics` (TokenReview + SubjectAccessReview); default `false`.
+pub const ENV_METRICS_AUTH: &str = "METRICS_AUTH";
 /// `json` or `text`.
 pub const ENV_LOG_FORMAT: &str = "LOG_FORMAT";
 /// A tracing `EnvFilter` directive.
@@ -110,6 +113,8 @@ pub struct OperatorConfig {
     pub metrics_listen: SocketAddr,
     /// `PROBE_LISTEN`.
     pub probe_listen: SocketAddr,
+    /// `METRICS_AUTH`: authenticate and authorise scrapes of `/metrics` against the apiserver.
+    pub metrics_auth: bool,
     /// `LOG_FORMAT`.
     pub log_format: LogFormat,
     /// `LOG_LEVEL`, already known to parse as an `EnvFilter`.
@@ -339,6 +344,7 @@ impl OperatorConfig {
             or(ENV_METRICS_LISTEN, DEFAULT_METRICS_LISTEN),
         );
         let probe_listen = p.address(ENV_PROBE_LISTEN, or(ENV_PROBE_LISTEN, DEFAULT_PROBE_LISTEN));
+        let metrics_auth = p.boolean(ENV_METRICS_AUTH, get(ENV_METRICS_AUTH), false);
         let log_format_text = or(ENV_LOG_FORMAT, "json");
         let log_format = match log_format_text.as_str() {
             "json" => Some(LogFormat::Json),
@@ -376,6 +382,7 @@ impl OperatorConfig {
             identity,
             metrics_listen,
             probe_listen,
+            metrics_auth,
             log_format,
             log_level,
         ) {
@@ -397,6 +404,7 @@ impl OperatorConfig {
                 Some(identity),
                 Some(metrics_listen),
                 Some(probe_listen),
+                Some(metrics_auth),
                 Some(log_format),
                 Some(log_level),
             ) if p.0.is_empty() => Ok(OperatorConfig {
@@ -422,6 +430,7 @@ impl OperatorConfig {
                 leader_election,
                 metrics_listen,
                 probe_listen,
+                metrics_auth,
                 log_format,
                 log_level,
             }),

@@ -65,7 +65,7 @@ enum BenchError {
     #[error("parsing the NodeWright manifest {path}: {source}")]
     Manifest {
         path: PathBuf,
-        source: serde_yaml::Error,
+        source: yaml_serde::Error,
     },
     #[error("{0}")]
     Chain(#[from] chain::ChainError),
@@ -145,7 +145,7 @@ fn read_manifest(path: &PathBuf) -> Result<NodeWright, BenchError> {
         path: path.clone(),
         source,
     })?;
-    serde_yaml::from_str(&text).map_err(|source| BenchError::Manifest {
+    yaml_serde::from_str(&text).map_err(|source| BenchError::Manifest {
         path: path.clone(),
         source,
     })

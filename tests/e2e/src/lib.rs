@@ -806,14 +806,14 @@ impl Cluster {
                 message,
             };
             let text = std::fs::read_to_string(&file).map_err(|e| crd_err(e.to_string()))?;
-            for doc in serde_yaml::Deserializer::from_str(&text) {
-                let value: serde_yaml::Value =
+            for doc in yaml_serde::Deserializer::from_str(&text) {
+                let value: yaml_serde::Value =
                     serde::Deserialize::deserialize(doc).map_err(|e| crd_err(e.to_string()))?;
                 if value.is_null() {
                     continue;
                 }
                 let crd: CustomResourceDefinition =
-                    serde_yaml::from_value(value).map_err(|e| crd_err(e.to_string()))?;
+                    yaml_serde::from_value(value).map_err(|e| crd_err(e.to_string()))?;
                 let name = crd.metadata.name.clone().unwrap_or_default();
                 api.patch(&name, &params, &Patch::Apply(&crd))
                     .await

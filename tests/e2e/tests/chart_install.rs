@@ -5,7 +5,9 @@
 //! caBundle and rolls a NodeWright out to every node; the webhook binary, running locally with the
 //! webhook's token and the chart's env (URL clientConfig mode, 127.0.0.1), admits it (defaulted)
 //! and rejects an invalid NodeWright through the chart's webhook configurations; neither is ever
-//! forbidden anything; `helm upgrade` keeps admission working and rotates nothing; deleting the
+//! forbidden anything; with the chart's metrics authentication both answer `/metrics` to the bound
+//! scraper's token and refuse another ServiceAccount's; `helm upgrade` keeps admission working and
+//! rotates nothing; deleting the
 //! NodeWright while the operator runs cleans it up through its finalizer (as chart/README.md asks
 //! before uninstalling), and `helm uninstall` then leaves nothing behind.
 //!
@@ -263,6 +265,12 @@ async fn install_admit_upgrade_uninstall() {
             &ns,
             &url,
             "--set=crds.keep=false",
+            // Both services' /metrics behind TokenReview + SubjectAccessReview, the scraper
+            // ServiceAccount bound to the metrics-reader ClusterRole.
+            "--set=metrics.authentication.enabled=true",
+            "--set=metrics.readerSubjects[0].kind=ServiceAccount",
+            "--set=metrics.readerSubjects[0].name=scraper",
+            &format!("--set=metrics.readerSubjects[0].namespace={ns}"),
         ])
         .await
         .expect("helm install");
@@ -273,7 +281,9 @@ async fn install_admit_upgrade_uninstall() {
             .expect("manifest"),
     );
     let objs = objects(&manifest);
-    assert_eq!(objs.len(), 25, "{objs:?}");
+    // 25 objects, the viewer and editor ClusterRoles, and with metrics authentication two
+    // ClusterRoles and two ClusterRoleBindings.
+    assert_eq!(objs.len(), 31, "{objs:?}");
     for (kind, obj_ns, name) in &objs {
         assert!(
             exists(&cluster, kind, obj_ns.as_deref(), name).await,
@@ -329,15 +339,15 @@ async fn install_admit_upgrade_uninstall() {
     let both = cluster_scoped().await;
     assert_eq!(
         both.lines().count(),
-        12,
-        "six cluster-scoped objects per release:\n{both}"
+        20,
+        "eight cluster-scoped objects per release, four more with metrics authentication:\n{both}"
     );
     cluster
         .helm(&["uninstall", REL, "-n", &ns2, "--wait", "--timeout=120s"])
         .await
         .expect("uninstall the second release");
     let first_only = cluster_scoped().await;
-    assert_eq!(first_only.lines().count(), 6, "{first_only}");
+    assert_eq!(first_only.lines().count(), 12, "{first_only}");
     assert!(
         first_only.lines().all(|l| l.contains(&format!("/{ns}."))),
         "{first_only}"
@@ -581,6 +591,7 @@ async fn install_admit_upgrade_uninstall() {
             .is_some_and(|n| n.split(',').any(|n| n == "127.0.0.1")),
         "URL host in the names"
     );
+    let op_metrics_port = free_port();
     let mut command = tokio::process::Command::new(operator_binary());
     command.env_clear();
     if let Some(path) = std::env::var_os("PATH") {
@@ -593,9 +604,8 @@ async fn install_admit_upgrade_uninstall() {
         match (name.as_str(), value) {
             ("NAMESPACE", _) => command.env(&name, &ns),
             ("POD_NAME", _) => command.env(&name, "nw-nodewright-operator-0"),
-            ("METRICS_LISTEN" | "PROBE_LISTEN", _) => {
-                command.env(&name, format!("127.0.0.1:{}", free_port()))
-            }
+            ("METRICS_LISTEN", _) => command.env(&name, format!("127.0.0.1:{op_metrics_port}")),
+            ("PROBE_LISTEN", _) => command.env(&name, format!("127.0.0.1:{}", free_port())),
             (_, Some(value)) => command.env(&name, value),
             (_, None) => panic!("operator env {name} has no value and no known fieldRef"),
         };
@@ -634,6 +644,7 @@ async fn install_admit_upgrade_uninstall() {
     let wh_kubeconfig = token_kubeconfig(&cluster, &ns, wh_sa, work.path()).await;
     let webhook = find(&manifest, "Deployment", "nw-nodewright-webhook");
     let log = work.path().join("webhook.log");
+    let wh_metrics_port = free_port();
     let mut command = tokio::process::Command::new(webhook_binary());
     for (name, value) in env(container(webhook)) {
         if let Some(value) = value {
@@ -648,7 +659,7 @@ async fn install_admit_upgrade_uninstall() {
         .env("WEBHOOK_LISTEN", format!("127.0.0.1:{port}"))
         .env(
             "WEBHOOK_METRICS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{wh_metrics_port}"),
         )
         .env("LOG_FORMAT", "text");
     let webhook = spawn_logged(command, &log);
@@ -736,6 +747,53 @@ async fn install_admit_upgrade_uninstall() {
             );
         }
     }
+    // Metrics authentication, as the chart configures both services (METRICS_AUTH and
+    // WEBHOOK_METRICS_AUTH from its env, the review permissions from its RBAC, on their own
+    // ServiceAccount tokens): the bound scraper reads, another ServiceAccount is refused.
+    cluster
+        .kubectl(&["create", "serviceaccount", "scraper", "-n", &ns])
+        .await
+        .expect("scraper");
+    cluster
+        .kubectl(&["create", "serviceaccount", "stranger", "-n", &ns])
+        .await
+        .expect("stranger");
+    let scraper = cluster
+        .kubectl(&["create", "token", "scraper", "-n", &ns])
+        .await
+        .expect("token");
+    let stranger = cluster
+        .kubectl(&["create", "token", "stranger", "-n", &ns])
+        .await
+        .expect("token");
+    for (service, port) in [("operator", op_metrics_port), ("webhook", wh_metrics_port)] {
+        let scrape = |token: String| async move {
+            let url = format!("http://127.0.0.1:{port}/metrics");
+            let response = reqwest::Client::new()
+                .get(&url)
+                .bearer_auth(token.trim())
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{url}: {e}"));
+            (
+                response.status().as_u16(),
+                response.text().await.unwrap_or_default(),
+            )
+        };
+        let (code, body) = scrape(scraper.clone()).await;
+        assert_eq!(code, 200, "{service}: {body}");
+        assert!(
+            body.contains("process_resident_memory_bytes"),
+            "{service}: {body}"
+        );
+        let (code, body) = scrape(stranger.clone()).await;
+        assert_eq!(code, 403, "{service}: {body}");
+    }
+    cluster
+        .kubectl(&["delete", "serviceaccount", "scraper", "stranger", "-n", &ns])
+        .await
+        .expect("delete the scrapers");
+
     let rejected = |what: &'static str| {
         let invalid = invalid.clone();
         let cluster = &cluster;

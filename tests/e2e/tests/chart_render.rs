@@ -63,7 +63,7 @@ fn default_render_has_every_object_with_release_scoped_names() {
             .or_default() += 1;
     }
     let expected: BTreeMap<String, usize> = [
-        ("ClusterRole", 2),
+        ("ClusterRole", 4),
         ("ClusterRoleBinding", 2),
         ("ConfigMap", 1),
         ("CustomResourceDefinition", 2),
@@ -110,6 +110,16 @@ fn default_render_has_every_object_with_release_scoped_names() {
         of_kind(&docs, "HorizontalPodAutoscaler").len(),
         0,
         "HPA is opt-in"
+    );
+    for kind in ["ServiceMonitor", "PrometheusRule", "NetworkPolicy"] {
+        assert!(of_kind(&docs, kind).is_empty(), "{kind} is opt-in");
+    }
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "ConfigMap"
+                && d["metadata"]["name"] == format!("{FULL}-dashboard")),
+        "the dashboard is opt-in"
     );
 }
 
@@ -395,7 +405,7 @@ fn webhook_configurations_are_narrow_and_complete() {
     assert_eq!(seen, expected);
 
     // The paths are the webhook's routes.
-    let routes = read("webhook/src/admission.rs");
+    let routes = read("webhook/src/admission/mod.rs");
     for path in expected.keys() {
         assert!(
             routes.contains(&format!("\"{}\"", &path[1..])),
@@ -453,7 +463,7 @@ fn crds_are_the_generated_ones() {
             copy.display(),
             file.display()
         );
-        let mut generated: Value = serde_yaml::from_slice(&original).expect("generated CRD parses");
+        let mut generated: Value = yaml_serde::from_slice(&original).expect("generated CRD parses");
         let crd_name = generated["metadata"]["name"]
             .as_str()
             .expect("name")
@@ -823,7 +833,7 @@ fn bad_values_are_refused_naming_the_value() {
 
 #[test]
 fn every_value_is_documented_and_in_the_schema() {
-    let values: Value = serde_yaml::from_str(
+    let values: Value = yaml_serde::from_str(
         &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values"),
     )
     .expect("values parse");
@@ -866,4 +876,347 @@ fn every_value_is_documented_and_in_the_schema() {
     }
     assert!(leaves.len() > 80, "{}", leaves.len());
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn monitoring_objects_are_optional_and_consistent() {
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.serviceMonitor.labels.release=prom",
+            "--set",
+            "metrics.prometheusRule.enabled=true",
+            "--set",
+            "metrics.prometheusRule.rolloutStalledMinutes=45",
+            "--set",
+            "metrics.dashboard.enabled=true",
+            "--set",
+            "metrics.dashboard.namespace=grafana",
+        ],
+    )
+    .expect("render");
+    // One ServiceMonitor per service, selecting exactly that service's Service by its labels and
+    // scraping the port the Service names `metrics`.
+    let services = of_kind(&docs, "Service");
+    for component in ["operator", "webhook"] {
+        let sm = find(&docs, "ServiceMonitor", &format!("{FULL}-{component}"));
+        assert_eq!(sm["metadata"]["labels"]["release"], "prom");
+        assert_eq!(sm["spec"]["namespaceSelector"]["matchNames"], json!([NS]));
+        let selector = sm["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .expect("matchLabels");
+        let matching: Vec<&&Value> = services
+            .iter()
+            .filter(|svc| {
+                selector
+                    .iter()
+                    .all(|(k, v)| svc["metadata"]["labels"][k] == *v)
+            })
+            .collect();
+        assert_eq!(matching.len(), 1, "{component}: {matching:?}");
+        let ports = matching[0]["spec"]["ports"].as_array().expect("ports");
+        assert!(ports.iter().any(|p| p["name"] == "metrics"), "{component}");
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+        assert!(sm["spec"]["endpoints"][0].get("bearerTokenFile").is_none());
+    }
+    // The alerts the issue asks for, with the stall threshold from values.
+    let rule = find(&docs, "PrometheusRule", FULL);
+    let rules = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules");
+    let alerts: BTreeSet<&str> = rules.iter().filter_map(|r| r["alert"].as_str()).collect();
+    assert_eq!(
+        alerts,
+        [
+            "NodeWrightErroring",
+            "NodeWrightNoOperatorLeader",
+            "NodeWrightRolloutStalled",
+            "NodeWrightStageTimedOut",
+            "NodeWrightWebhookCertificateExpiring",
+            "NodeWrightWebhookDenialsSpike",
+        ]
+        .into_iter()
+        .collect()
+    );
+    let stalled = rules
+        .iter()
+        .find(|r| r["alert"] == "NodeWrightRolloutStalled")
+        .expect("stalled");
+    assert_eq!(stalled["for"], "45m");
+    assert!(stalled["expr"].as_str().expect("expr").contains("[45m]"));
+    for r in rules {
+        let summary = r["annotations"]["summary"].as_str().unwrap_or_default();
+        assert!(!summary.is_empty(), "{r}");
+        assert!(r["labels"]["severity"].is_string(), "{r}");
+    }
+    // The dashboard ConfigMap carries the sidecar label and the generated JSON, byte for byte.
+    let cm = find(&docs, "ConfigMap", &format!("{FULL}-dashboard"));
+    assert_eq!(cm["metadata"]["namespace"], "grafana");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json_text = cm["data"]["nodewright.json"].as_str().expect("dashboard");
+    assert_eq!(
+        json_text.trim_end(),
+        read("chart/files/dashboards/nodewright.json").trim_end()
+    );
+    let dashboard: Value = serde_json::from_str(json_text).expect("dashboard JSON");
+    assert!(dashboard["panels"].as_array().is_some_and(|p| p.len() > 10));
+
+    // With authentication, Prometheus sends its token.
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.authentication.enabled=true",
+        ],
+    )
+    .expect("render");
+    let sm = find(&docs, "ServiceMonitor", &format!("{FULL}-operator"));
+    assert_eq!(
+        sm["spec"]["endpoints"][0]["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+}
+
+#[test]
+fn metrics_authentication_turns_on_in_both_services_with_its_rbac() {
+    let auth_env = |docs: &[Value], expected: &str| {
+        for (name, var) in [
+            ("operator", "METRICS_AUTH"),
+            ("webhook", "WEBHOOK_METRICS_AUTH"),
+        ] {
+            let c = container(find(docs, "Deployment", &format!("{FULL}-{name}")));
+            assert_eq!(env_value(c, var).as_deref(), Some(expected), "{name}");
+        }
+    };
+    let docs = default_render();
+    auth_env(&docs, "false");
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == format!("{NS}.{FULL}-metrics-auth")),
+        "no review permissions without the option"
+    );
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "metrics.authentication.enabled=true",
+            "--set",
+            "metrics.readerSubjects[0].kind=ServiceAccount",
+            "--set",
+            "metrics.readerSubjects[0].name=prometheus",
+            "--set",
+            "metrics.readerSubjects[0].namespace=monitoring",
+        ],
+    )
+    .expect("render");
+    auth_env(&docs, "true");
+    let reviews = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-metrics-auth"));
+    assert_eq!(
+        reviews["rules"],
+        json!([
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+        ])
+    );
+    let binding = find(
+        &docs,
+        "ClusterRoleBinding",
+        &format!("{NS}.{FULL}-metrics-auth"),
+    );
+    let subjects: BTreeSet<&str> = binding["subjects"]
+        .as_array()
+        .expect("subjects")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(
+        subjects,
+        [
+            format!("{FULL}-operator").as_str(),
+            format!("{FULL}-webhook").as_str()
+        ]
+        .into_iter()
+        .collect()
+    );
+    let reader = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-metrics-reader"));
+    assert_eq!(
+        reader["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let bound = find(
+        &docs,
+        "ClusterRoleBinding",
+        &format!("{NS}.{FULL}-metrics-reader"),
+    );
+    assert_eq!(
+        bound["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}])
+    );
+}
+
+#[test]
+fn user_roles_aggregate_into_view_and_edit() {
+    let docs = default_render();
+    let viewer = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-viewer"));
+    let editor = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-editor"));
+    let labels = |r: &Value, key: &str| r["metadata"]["labels"][key].clone();
+    assert_eq!(
+        labels(viewer, "rbac.authorization.k8s.io/aggregate-to-view"),
+        "true"
+    );
+    assert_eq!(
+        labels(editor, "rbac.authorization.k8s.io/aggregate-to-edit"),
+        "true"
+    );
+    assert_eq!(
+        labels(editor, "rbac.authorization.k8s.io/aggregate-to-view"),
+        Value::Null
+    );
+    let verbs = |r: &Value| -> BTreeSet<String> {
+        r["rules"][0]["verbs"]
+            .as_array()
+            .expect("verbs")
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(
+        verbs(viewer),
+        ["get", "list", "watch"]
+            .map(str::to_owned)
+            .into_iter()
+            .collect()
+    );
+    assert!(verbs(editor).contains("delete") && verbs(editor).contains("create"));
+    for r in [viewer, editor] {
+        assert_eq!(
+            r["rules"][0]["resources"],
+            json!(["nodewrights", "deploymentpolicies"])
+        );
+        // Status stays the operator's.
+        assert_eq!(r["rules"][1]["verbs"], json!(["get"]));
+    }
+    let off = render(REL, NS, &["--set", "rbac.userRoles.enabled=false"]).expect("render");
+    assert_eq!(of_kind(&off, "ClusterRole").len(), 2);
+    let unaggregated =
+        render(REL, NS, &["--set", "rbac.userRoles.aggregate=false"]).expect("render");
+    let viewer = find(&unaggregated, "ClusterRole", &format!("{NS}.{FULL}-viewer"));
+    assert!(
+        !viewer["metadata"]["labels"]
+            .to_string()
+            .contains("aggregate")
+    );
+}
+
+#[test]
+fn network_policies_allow_only_what_the_services_serve_and_call() {
+    let docs = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "networkPolicy.apiServerCIDRs[0]=10.0.0.1/32",
+            "--set-json",
+            r#"networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
+        ],
+    )
+    .expect("render");
+    for component in ["operator", "webhook"] {
+        let np = find(&docs, "NetworkPolicy", &format!("{FULL}-{component}"));
+        let deployment = find(&docs, "Deployment", &format!("{FULL}-{component}"));
+        assert_eq!(
+            np["spec"]["podSelector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"],
+            "{component}"
+        );
+        assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+        // Every ingress port is a port the container declares.
+        let declared: BTreeSet<String> = container(deployment)["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect();
+        let ingress = np["spec"]["ingress"].as_array().expect("ingress");
+        for rule in ingress {
+            for port in rule["ports"].as_array().expect("ports") {
+                let name = port["port"].as_str().expect("named port");
+                assert!(declared.contains(name), "{component}: {name} not declared");
+            }
+        }
+        let metrics = ingress
+            .iter()
+            .find(|r| r["ports"][0]["port"] == "metrics")
+            .expect("metrics rule");
+        assert_eq!(
+            metrics["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "monitoring"
+        );
+        let egress = np["spec"]["egress"].as_array().expect("egress");
+        assert_eq!(
+            egress[0]["ports"][0],
+            json!({"port": 53, "protocol": "UDP"})
+        );
+        assert_eq!(
+            egress[1]["to"],
+            json!([{"ipBlock": {"cidr": "10.0.0.1/32"}}])
+        );
+        assert_eq!(
+            egress[1]["ports"],
+            json!([{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}])
+        );
+    }
+}
+
+#[test]
+fn operator_resources_follow_the_sizing_formula_unless_given() {
+    let resources = |args: &[&str]| {
+        let docs = render(REL, NS, args).expect("render");
+        container(find(&docs, "Deployment", &format!("{FULL}-operator")))["resources"].clone()
+    };
+    // The defaults (100 nodes, 3 packages) are the resources the chart always shipped.
+    assert_eq!(
+        resources(&[]),
+        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1000m", "memory": "512Mi"}})
+    );
+    // 1000 nodes with 5 packages: 98 + 1000*5*100/1024 = 586.3 -> 587Mi, x4 = 2348Mi;
+    // 50 + 1000*0.5 = 550m, x4 = 2200m.
+    assert_eq!(
+        resources(&[
+            "--set",
+            "sizing.expectedNodes=1000",
+            "--set",
+            "sizing.expectedPackages=5"
+        ]),
+        json!({"requests": {"cpu": "550m", "memory": "587Mi"}, "limits": {"cpu": "2200m", "memory": "2348Mi"}})
+    );
+    // Given resources win, verbatim.
+    assert_eq!(
+        resources(&[
+            "--set",
+            "operator.resources.requests.cpu=2",
+            "--set",
+            "sizing.expectedNodes=5000"
+        ]),
+        json!({"requests": {"cpu": 2}})
+    );
+    for (set, needle) in [
+        ("sizing.expectedNodes=0", "expectedNodes"),
+        ("sizing.memoryLimitFactor=0.5", "memoryLimitFactor"),
+    ] {
+        match render(REL, NS, &["--set", set]) {
+            Ok(_) => panic!("{set} rendered"),
+            Err(e) => assert!(e.contains(needle), "{set}: {e}"),
+        }
+    }
 }

@@ -431,7 +431,7 @@ mod tests {
         for dir in [root.clone(), root.join("invalid")] {
             for path in files(&dir, "yaml") {
                 let text = std::fs::read_to_string(&path).unwrap_or_default();
-                for doc in serde_yaml::Deserializer::from_str(&text) {
+                for doc in yaml_serde::Deserializer::from_str(&text) {
                     if let Ok(v) = <Value as serde::Deserialize>::deserialize(doc)
                         && v.get("kind").is_some()
                     {

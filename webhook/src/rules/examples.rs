@@ -34,17 +34,17 @@ enum Decoded {
 }
 
 fn decode(text: &str) -> Result<Decoded, String> {
-    let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let value: yaml_serde::Value = yaml_serde::from_str(text).map_err(|e| e.to_string())?;
     let kind = value
         .get("kind")
         .and_then(|k| k.as_str())
         .unwrap_or_default()
         .to_owned();
     match kind.as_str() {
-        "NodeWright" => serde_yaml::from_value(value)
+        "NodeWright" => yaml_serde::from_value(value)
             .map(|o| Decoded::NodeWright(Box::new(o)))
             .map_err(|e| e.to_string()),
-        "DeploymentPolicy" => serde_yaml::from_value(value)
+        "DeploymentPolicy" => yaml_serde::from_value(value)
             .map(|o| Decoded::Policy(Box::new(o)))
             .map_err(|e| e.to_string()),
         other => Err(format!("unknown kind {other:?}")),

@@ -68,7 +68,7 @@ pub fn run_helm(args: &[&str]) -> Result<String, String> {
 
 /// Parses a multi-document manifest into JSON values (empty documents dropped).
 pub fn parse_manifest(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    yaml_serde::Deserializer::from_str(text)
         .filter_map(|doc| {
             let v: Value = serde::Deserialize::deserialize(doc).expect("rendered YAML parses");
             (!v.is_null()).then_some(v)
