@@ -57,9 +57,6 @@ pub struct Context {
     /// pods are listed live once, because its outcome must not be classified from a store that
     /// may not have seen the last pod update yet.
     pub pods: Store<StoredPod>,
-    /// The Jobs whose attempt succeeded, fed by the same pod watch: their stage is done before the
-    /// Job controller marks them Complete ([`crate::runtime::pod_feed`]).
-    pub succeeded: crate::runtime::pod_feed::SucceededAttempts,
     /// The NodeWrights this operator reconciles: the rollout controller's store (it delays every
     /// reconcile until the store has listed). Read for the ordering between NodeWrights and the
     /// runtime-required taint, instead of a LIST on every pass.

@@ -302,8 +302,7 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         .iter()
         .map(|j| Arc::new(StoredJob::of(j)))
         .collect();
-    // A preview sees the Jobs as listed: a stage is done when its Job is Complete.
-    let jobs = own_jobs(&name, &every_job, |_| false);
+    let jobs = own_jobs(&name, &every_job);
 
     let states: Vec<NodeState> = nodes.iter().filter_map(|n| parse_state(n, &name)).collect();
     let detected = config_updates::detect(&nw, &snapshot.configmaps, &states);
@@ -706,7 +705,7 @@ impl<'a> World<'a> {
                     .cloned()
                     .collect()
             };
-            let index = JobIndex::with_fleet(kept(&own), &kept(&fleet), |_| false);
+            let index = JobIndex::with_fleet(kept(&own), &kept(&fleet));
             // Jobs running now go first: they started before anything this pass starts.
             let running = running_stages(nw, node, &run.state, &index);
             if !running.is_empty() {

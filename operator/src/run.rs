@@ -137,7 +137,6 @@ pub async fn run_instrumented(
             config: config.clone(),
             nodes: node_store.clone(),
             pods: pod_store,
-            succeeded: Default::default(),
             nodewrights: nodewright_store,
             jobs: job_store,
             jobs_synced,
@@ -308,22 +307,8 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     let nodewright_store = ctx.nodewrights.clone();
     // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
     // owner with the Job's namespace and never find it.)
-    // A pod's attempt that succeeded wakes its NodeWright (through its Job, from the store).
-    let (success_tx, success_rx) = futures::channel::mpsc::unbounded::<ObjectRef<StoredJob>>();
-    let successes = {
-        let jobs = ctx.jobs.clone();
-        success_rx.filter_map(move |job| {
-            std::future::ready(
-                jobs.get(&job)
-                    .map(|j| Ok::<_, watcher::Error>(StoredJob::clone(&j))),
-            )
-        })
-    };
     let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
         .watches_stream(feed.rollout, |job: StoredJob| {
-            job.owner.map(|owner| ObjectRef::<NodeWright>::new(&owner))
-        })
-        .watches_stream(successes, |job: StoredJob| {
             job.owner.map(|owner| ObjectRef::<NodeWright>::new(&owner))
         })
         .watches_stream(policy_events, move |policy: DeploymentPolicy| {
@@ -350,8 +335,6 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
         Api::<StoredPod>::namespaced(client, &namespace),
         owned.clone(),
         writers.pods,
-        ctx.succeeded.clone(),
-        success_tx,
     );
     // A pod maps to its Job by its controller owner reference (kept as `StoredPod::job`).
     let outcomes = Controller::for_shared_stream(feed.outcomes, ctx.jobs.clone())

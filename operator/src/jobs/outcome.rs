@@ -75,13 +75,6 @@ pub fn is_genuine_failure(pod: &StoredPod) -> bool {
             .any(terminated_with_failure)
 }
 
-/// The attempt succeeded: the pod is Succeeded (every container exited 0) and the cluster did not
-/// disrupt it. With one completion per Job, that is the stage's success (DESIGN §4.4, live path),
-/// which the Job controller reports as Complete a moment later.
-pub fn is_attempt_success(pod: &StoredPod) -> bool {
-    !is_disrupted(pod) && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
-}
-
 /// A container whose current state is terminated with a non-zero exit code that is not the kubelet's
 /// `ContainerStatusUnknown`/137 placeholder (a status it lost, not a run that failed): it ran and
 /// failed, so its log holds evidence.

@@ -83,8 +83,6 @@ pub struct JobIndex {
     /// waits for every one of them (DESIGN §4.4), since a package pod tolerates the cordon and
     /// nothing else stops it from running through a reboot.
     busy_nodes: BTreeSet<String>,
-    /// Unfinished Jobs (by name) whose attempt succeeded.
-    attempt_succeeded: BTreeSet<String>,
 }
 
 impl JobIndex {
@@ -97,44 +95,19 @@ impl JobIndex {
         JobIndex {
             jobs: by_name(jobs),
             busy_nodes,
-            attempt_succeeded: BTreeSet::new(),
         }
     }
 
     /// Indexes `own` (one NodeWright's Jobs) by name, and the busy nodes from `all` (every Job the
     /// operator owns, of every NodeWright), scanned once per pass instead of once per node.
-    /// `attempt_succeeded`: whether a Job's attempt has succeeded (its pod, before the Job
-    /// controller marks the Job Complete).
     pub fn with_fleet(
         own: impl IntoIterator<Item = Arc<StoredJob>>,
         all: &[Arc<StoredJob>],
-        attempt_succeeded: impl Fn(&StoredJob) -> bool,
     ) -> Self {
-        let jobs = by_name(own);
-        let attempt_succeeded = jobs
-            .iter()
-            .filter(|(_, j)| !is_finished(j) && attempt_succeeded(j))
-            .map(|(n, _)| n.clone())
-            .collect();
         JobIndex {
-            jobs,
+            jobs: by_name(own),
             busy_nodes: busy_nodes(all),
-            attempt_succeeded,
         }
-    }
-
-    /// Marks the unfinished Job `name` as having a succeeded attempt (tests).
-    #[cfg(test)]
-    pub fn with_succeeded_attempt(mut self, name: &str) -> Self {
-        self.attempt_succeeded.insert(name.to_owned());
-        self
-    }
-
-    /// Whether the unfinished Job `name` has an attempt that succeeded: the stage is done (the live
-    /// path records `complete` from a successful attempt, DESIGN §4.4), whatever the Job controller
-    /// still has to do before it marks the Job Complete.
-    pub fn attempt_succeeded(&self, name: &str) -> bool {
-        self.attempt_succeeded.contains(name)
     }
 
     /// The Job named `name`.

@@ -1,15 +1,11 @@
-//! Folding completed stages into the pass (DESIGN §4.4): a stage whose attempt succeeded (the live
-//! path: its pod succeeded, whether or not the Job controller has marked the Job Complete yet) or
-//! whose Job is Complete (the terminal path), and whose outcome is not recorded yet, is recorded by
-//! the pass that plans its node, in the same guarded node write as the next stage's record: a stage
-//! costs one node write instead of two, and the next Job is created by the very pass the success
-//! woke, without waiting for the Job controller's Complete.
+//! Folding completed Jobs into the pass (DESIGN §4.4, terminal path, Complete): a Job whose stage
+//! completed but whose outcome is not recorded yet is recorded by the pass that plans its node, in
+//! the same guarded node write as the next stage's record, so a stage costs one node write instead
+//! of two and the next Job is created by the very pass the completion woke.
 //!
-//! The Job is marked `state-recorded` only after that write succeeded (while it is still running,
-//! when the attempt's success was seen first: a finished Job's update costs the Job controller a
-//! scan of the namespace's pods for orphans). A crash between the two leaves the record moved on
-//! and the Job unmarked: the outcome recorder then finds nothing to write and marks it
-//! ([`crate::outcomes::ABSORB_GRACE`]), so no outcome is lost or repeated.
+//! The Job is marked `state-recorded` only after that write succeeded. A crash between the two
+//! leaves the record moved on and the Job unmarked: the outcome recorder then finds nothing to
+//! write and marks it ([`crate::outcomes::ABSORB_GRACE`]), so no outcome is lost or repeated.
 
 use std::collections::BTreeSet;
 
@@ -17,7 +13,7 @@ use nodewright_shared::api::NodeWright;
 use nodewright_shared::node_state::{NodeState, State};
 
 use crate::jobs::outcome::{JobOutcome, RecordedEvidence, classify_job, is_interrupt_job};
-use crate::jobs::read::{JobIndex, is_finished, package_of, recorded};
+use crate::jobs::read::{JobIndex, package_of, recorded};
 use crate::naming;
 use crate::node::record::{Record, apply_record};
 
@@ -46,10 +42,11 @@ pub fn completions(
         let Some(job) = jobs.get(&name) else {
             continue;
         };
-        // Complete (its outcome needs no pods), or not finished yet but its attempt succeeded.
-        let succeeded = classify_job(job, &[], RecordedEvidence::None) == JobOutcome::Succeeded
-            || (!is_finished(job) && jobs.attempt_succeeded(&name));
-        if recorded(job).is_some() || job.metadata.deletion_timestamp.is_some() || !succeeded {
+        if recorded(job).is_some()
+            || job.metadata.deletion_timestamp.is_some()
+            // A Complete Job's outcome needs no pods.
+            || classify_job(job, &[], RecordedEvidence::None) != JobOutcome::Succeeded
+        {
             continue;
         }
         let Some(annotation) = package_of(job).filter(|a| a.nodewright == nw) else {
@@ -191,30 +188,6 @@ mod tests {
         assert_eq!(
             state.get("a", "1.0.0").and_then(|r| r.state),
             Some(State::Complete)
-        );
-    }
-
-    #[test]
-    fn a_running_job_whose_attempt_succeeded_is_folded_in() {
-        let mut state = NodeState::default();
-        state.upsert(record("a", Stage::Apply, State::InProgress));
-        state.upsert(record("b", Stage::Apply, State::InProgress));
-        let a = naming::package_job_name("nw", "a", "1.0.0", Stage::Apply, "n1");
-        let jobs = JobIndex::new([
-            // The pod succeeded; the Job controller has only said SuccessCriteriaMet so far.
-            job("a", Stage::Apply, "SuccessCriteriaMet", None),
-            job("b", Stage::Apply, "SuccessCriteriaMet", None),
-        ])
-        .with_succeeded_attempt(&a);
-        let (state, absorbed) = completions(&nodewright(), "n1", state, &jobs);
-        assert_eq!(absorbed, [a]);
-        assert_eq!(
-            state.get("a", "1.0.0").and_then(|r| r.state),
-            Some(State::Complete)
-        );
-        assert_eq!(
-            state.get("b", "1.0.0").and_then(|r| r.state),
-            Some(State::InProgress)
         );
     }
 }

@@ -98,10 +98,9 @@ pub async fn set_suspended(
     jobs: &JobIndex,
     suspend: bool,
 ) -> Result<(), ReconcileError> {
-    // A Job recorded complete while it runs (its attempt succeeded) has nothing left to pause.
     for job in jobs
         .iter()
-        .filter(|j| !is_finished(j) && recorded(j).is_none() && is_suspended(j) != suspend)
+        .filter(|j| !is_finished(j) && is_suspended(j) != suspend)
     {
         let name = job.name_any();
         ctx.writer
@@ -133,8 +132,7 @@ pub async fn replace_drifted(
     {
         let finished = is_finished(job);
         let timed_out = recorded(job) == Some(Recorded::TimedOut);
-        // Finished, or recorded complete while it runs (its attempt succeeded): nothing to replace.
-        if (finished || recorded(job) == Some(Recorded::Complete)) && !timed_out {
+        if finished && !timed_out {
             continue;
         }
         let Some(annotation) = package_of(job) else {

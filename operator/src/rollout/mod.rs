@@ -204,9 +204,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         return again(Action::requeue(Duration::from_secs(1)));
     }
 
-    let jobs = own_jobs(&name, &ctx.jobs.state(), |job| {
-        ctx.succeeded.contains(job.metadata.uid.as_deref())
-    });
+    let jobs = own_jobs(&name, &ctx.jobs.state());
     job_ops::set_suspended(ctx, &jobs, paused).await?;
     if !paused && job_ops::replace_drifted(ctx, &nw, &jobs).await? > 0 {
         // The deletions are events; plan again on the Jobs that remain.
@@ -266,13 +264,8 @@ pub(crate) fn selected_nodes(
 }
 
 /// The Jobs of the NodeWright `name` (by its name label) among `every_job` (every Job the operator
-/// owns), and the nodes busy with a package Job of any NodeWright; `attempt_succeeded`: whether an
-/// unfinished Job's attempt succeeded already.
-pub(crate) fn own_jobs(
-    name: &str,
-    every_job: &[Arc<StoredJob>],
-    attempt_succeeded: impl Fn(&StoredJob) -> bool,
-) -> JobIndex {
+/// owns), and the nodes busy with a package Job of any NodeWright.
+pub(crate) fn own_jobs(name: &str, every_job: &[Arc<StoredJob>]) -> JobIndex {
     let label = naming::label_value(name);
     JobIndex::with_fleet(
         every_job
@@ -280,7 +273,6 @@ pub(crate) fn own_jobs(
             .filter(|j| j.nodewright.as_ref() == Some(&label))
             .cloned(),
         every_job,
-        attempt_succeeded,
     )
 }
 

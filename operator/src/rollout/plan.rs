@@ -713,7 +713,7 @@ mod tests {
             keys::NAME_LABEL.to_owned(),
             "other".to_owned(),
         )]));
-        let busy = JobIndex::with_fleet([], &[Arc::new(other)], |_| false);
+        let busy = JobIndex::with_fleet([], &[Arc::new(other)]);
         let p = plan(&nw, "n1", &s, &busy, false);
         assert!(p.create.is_empty(), "{:?}", creates(&p));
         // Another NodeWright's unfinished Job on another node does not hold this one.
@@ -729,7 +729,7 @@ mod tests {
             &nw,
             "n1",
             &s,
-            &JobIndex::with_fleet([], &[Arc::new(elsewhere)], |_| false),
+            &JobIndex::with_fleet([], &[Arc::new(elsewhere)]),
             false,
         );
         assert_eq!(creates(&p), vec![("interrupt:b".into(), Stage::Interrupt)]);
