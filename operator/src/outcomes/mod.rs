@@ -451,7 +451,6 @@ mod tests {
             client: client.clone(),
             nodes: kube::runtime::reflector::store().0,
             pods: kube::runtime::reflector::store().0,
-            succeeded: Default::default(),
             nodewrights: kube::runtime::reflector::store().0,
             jobs: kube::runtime::reflector::store().0,
             jobs_synced: synced(),
