@@ -16,12 +16,15 @@
 # writes per node-stage, peak RSS and CPU.
 #
 # Usage: tests/bench/operator-rollout.sh [NODES]
-# Environment: BENCH_BUDGET=N adds a DeploymentPolicy whose budget keeps at most N nodes in
-#   progress (for fleets where every node at once is more than the apiserver can take);
+# Environment: BENCH_BUDGET=N adds a DeploymentPolicy whose budget and fixed strategy roll the
+#   fleet in batches of N nodes (for fleets where every node at once is more than the apiserver
+#   can take; the floor ignores it: use it with BENCH_SKIP_FLOOR=1);
 #   BENCH_SKIP_FLOOR=1 skips the floor; BENCH_HEAPTRACK=1 runs the operator under heaptrack (its
 #   file is kept and named); BENCH_KEEP=DIR keeps reports and logs in DIR.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=../controlplane/lib.sh
+source tests/controlplane/lib.sh
 nodes="${1:-100}"
 budget="${BENCH_BUDGET:-}"
 [[ "${BENCH_HEAPTRACK:-0}" == 1 && -z "${BENCH_KEEP:-}" ]] && BENCH_KEEP="$(mktemp -d)"
@@ -48,7 +51,7 @@ apiVersion: nodewright.nvidia.com/v1alpha1
 kind: DeploymentPolicy
 metadata: {name: bench}
 spec:
-  default: {budget: {count: ${budget}}}
+  default: {budget: {count: ${budget}}, strategy: {fixed: {initialBatch: ${budget}}}}
 ---
 YAML
   fi
@@ -90,6 +93,16 @@ for (v, r), n in sorted(c.items()):
     print(v, r, int(n))'
 }
 
+# CPU seconds (user + system, in clock ticks) of each control-plane component of the running cluster,
+# as "component ticks" lines: what the rollout cost the apiserver, etcd, the controllers and kwok.
+cp_cpu() {
+  local pidfile
+  for pidfile in "$(cp_cluster_dir "${name}")"/pids/*.pid; do
+    [[ -f "${pidfile}" ]] || continue
+    echo "$(basename "${pidfile}" .pid) $(awk '{print $14+$15}' "/proc/$(cat "${pidfile}")/stat" 2>/dev/null || echo 0)"
+  done
+}
+
 start_cluster() {
   name="nw-bench-$1-$$"
   eval "$(tests/controlplane/up.sh --name "${name}" --nodes "${nodes}" --timeout 900)"
@@ -113,11 +126,13 @@ pid=$!
 for _ in $(seq 1 300); do curl -fsS "http://127.0.0.1:${port}/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 opid="$(pgrep -P "${pid}" -f nodewright-operator || echo "${pid}")"
 apiserver_requests >"${work}/op-before.txt"
+cp_cpu >"${work}/op-cpu-before.txt"
 idle_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${opid}/status")"
 read -r cpu0 < <(awk '{print $14+$15}' "/proc/${opid}/stat")
 "${target}/nodewright-bench" rollout --manifest "${work}/nw.yaml" --json "${work}/operator.json"
 read -r cpu1 < <(awk '{print $14+$15}' "/proc/${opid}/stat")
 apiserver_requests >"${work}/op-after.txt"
+cp_cpu >"${work}/op-cpu-after.txt"
 peak_rss="$(awk '/VmHWM/{print $2, $3}' "/proc/${opid}/status")"
 end_rss="$(awk '/VmRSS/{print $2, $3}' "/proc/${opid}/status")"
 curl -fsS "http://127.0.0.1:${port}/metrics" >"${work}/op-metrics.txt" || true
@@ -131,8 +146,10 @@ stop_cluster
 if [[ "${BENCH_SKIP_FLOOR:-0}" != 1 ]]; then
   start_cluster floor
   apiserver_requests >"${work}/floor-before.txt"
+  cp_cpu >"${work}/floor-cpu-before.txt"
   "${target}/nodewright-bench" floor --manifest "${work}/nw.yaml" --json "${work}/floor.json"
   apiserver_requests >"${work}/floor-after.txt"
+  cp_cpu >"${work}/floor-cpu-after.txt"
   stop_cluster
 fi
 
@@ -143,9 +160,9 @@ echo "== ${nodes} kwok nodes x 3 packages (6 stage Jobs per node)${budget:+, bud
 echo "operator: CPU $(python3 -c "print(f'{(${cpu1}-${cpu0})/${hz}:.2f}')") s during the rollout;" \
   "RSS idle ${idle_rss}, peak ${peak_rss}, at the end ${end_rss}; Jobs left at the end: ${jobs_seen}" \
   | tee "${work}/summary.txt"
-python3 - "${work}" "${nodes}" <<'PY'
+python3 - "${work}" "${nodes}" "${hz}" <<'PY'
 import json, os, re, sys
-work, nodes = sys.argv[1], int(sys.argv[2])
+work, nodes, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def load(name):
     p = os.path.join(work, name)
     return json.load(open(p)) if os.path.exists(p) else None
@@ -187,6 +204,18 @@ print(f"  {'verb':<8} {'resource':<28} {'all clients (op)':>17} {'all clients (f
 for k in keys:
     print(f"  {k[0]:<8} {k[1]:<28} {o.get(k, 0):>17} {f.get(k, 0) if fl else '-':>20} {own.get(k, 0):>16}")
 print(f"  {'total':<37} {sum(o.values()):>17} {sum(f.values()) if fl else '-':>20} {sum(own.values()):>16}")
+def cpu(run):
+    def read(which):
+        p = os.path.join(work, f"{run}-cpu-{which}.txt")
+        return dict((c, int(float(t))) for c, t in (l.split() for l in open(p))) if os.path.exists(p) else {}
+    b, a = read("before"), read("after")
+    return {c: (a[c] - b.get(c, 0)) / hz for c in a}
+oc, fc = cpu("op"), cpu("floor")
+print("\ncontrol plane CPU seconds during the rollout (the operator's own CPU is above):")
+print(f"  {'component':<28} {'operator run':>13} {'floor run':>10}")
+for c in sorted(set(oc) | set(fc)):
+    print(f"  {c:<28} {oc.get(c, 0):>13.1f} {('%.1f' % fc.get(c, 0)) if fl else '-':>10}")
+print(f"  {'total':<28} {sum(oc.values()):>13.1f} {('%.1f' % sum(fc.values())) if fl else '-':>10}")
 writes = {k: v for k, v in own.items() if k[0] in ("create", "update", "patch", "delete", "deletecollection")}
 stages = nodes * 6
 print(f"\noperator writes: {sum(writes.values())} for {stages} node-stages = {sum(writes.values()) / stages:.2f} per node-stage")
