@@ -9,11 +9,11 @@ mod policy;
 mod status;
 
 pub use nodewright::{
-    DEFAULT_PRIORITY, DeploymentPolicyOptions, InterruptionBudget, NodeWright, NodeWrightSpec,
+    DEFAULT_PRIORITY, DeploymentPolicyOptions, MAX_PACKAGES, InterruptionBudget, NodeWright, NodeWrightSpec,
     Sequencing,
 };
 pub use package::{
-    GO_DURATION_PATTERN, Interrupt, InterruptType, PACKAGE_NAME_PATTERN, Package, PackageResources,
+    GO_DURATION_PATTERN, Interrupt, InterruptType, MAX_DEPENDS_ON, PACKAGE_NAME_PATTERN, Package, PackageResources,
     Uninstall,
 };
 pub use policy::{
