@@ -33,12 +33,10 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde::Serialize;
 
-use crate::jobs::read::JobIndex;
 use crate::jobs::stored::StoredJob;
 use crate::jobs::{PackageAnnotation, RuntimeTaint};
 use crate::node::record::{Record, apply_record};
 use crate::rollout::pass::{self, PassDecision, PassInput};
-use crate::rollout::plan::{Creation, plan};
 use crate::rollout::selection;
 use crate::rollout::{
     PassParts, annotation_on, batches, config_updates, defaulted_policy, graph, own_jobs,
@@ -57,6 +55,11 @@ pub use crate::rollout::batches::initial as initial_batch_state;
 pub use crate::rollout::reboots::reset_edit;
 pub use crate::rollout::selection::{NodeSelection, SelectorError};
 pub use crate::rollout::stages::is_done as package_done;
+/// The one-node planner the rollout runs, for properties checked outside the crate (the fuzz
+/// targets in `tests/fuzz`): pure, from a node's records and the Jobs known.
+pub use crate::jobs::read::JobIndex;
+pub use crate::rollout::plan::{Creation, Plan, plan as plan_node};
+use crate::rollout::plan::plan;
 
 /// Most passes a preview simulates per selected node (a batch takes two: one evaluates the batch
 /// that ended, the next admits the new one), plus slack for the first passes.

@@ -5,7 +5,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 mkdir -p corpus/admission
 python3 - <<'PY'
 import glob, json, os, yaml
-for path in sorted(glob.glob("../../examples/**/*.yaml", recursive=True)):
+for path in sorted(glob.glob("../examples/**/*.yaml", recursive=True)):
     for i, doc in enumerate(yaml.safe_load_all(open(path))):
         if not isinstance(doc, dict) or "kind" not in doc:
             continue
