@@ -43,6 +43,9 @@ use crate::rollout::{
     pass_parts, priority, selected_nodes, uninstall,
 };
 
+/// The one-node planner the rollout runs, for properties checked outside the crate (the fuzz
+/// targets in `tests/fuzz`): pure, from a node's records and the Jobs known.
+pub use crate::jobs::read::JobIndex;
 pub use crate::jobs::read::{Recorded, is_finished, node_of, package_of, recorded};
 pub use crate::naming::{
     INTERRUPT_CONTAINER_NAME, PAUSE_CONTAINER_NAME, auto_taint_annotation, check_container_name,
@@ -52,14 +55,11 @@ pub use crate::node::cordon::{holds_cordon, uncordon};
 pub use crate::node::edit::{NodeEdit, node_patch};
 pub use crate::node::state::parse_state;
 pub use crate::rollout::batches::initial as initial_batch_state;
+use crate::rollout::plan::plan;
+pub use crate::rollout::plan::{Creation, Plan, plan as plan_node};
 pub use crate::rollout::reboots::reset_edit;
 pub use crate::rollout::selection::{NodeSelection, SelectorError};
 pub use crate::rollout::stages::is_done as package_done;
-/// The one-node planner the rollout runs, for properties checked outside the crate (the fuzz
-/// targets in `tests/fuzz`): pure, from a node's records and the Jobs known.
-pub use crate::jobs::read::JobIndex;
-pub use crate::rollout::plan::{Creation, Plan, plan as plan_node};
-use crate::rollout::plan::plan;
 
 /// Most passes a preview simulates per selected node (a batch takes two: one evaluates the batch
 /// that ended, the next admits the new one), plus slack for the first passes.

@@ -66,10 +66,17 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
             valid.replace("pkg|1.0.0", "pkg|2.0.0"),
             None,
         ),
-        ("wrong-shape", r#"{"pkg|1.0.0":"complete"}"#.to_owned(), None),
+        (
+            "wrong-shape",
+            r#"{"pkg|1.0.0":"complete"}"#.to_owned(),
+            None,
+        ),
         (
             "restarts-overflow",
-            valid.replace(r#""state":"complete""#, r#""state":"erroring","restarts":99999999999"#),
+            valid.replace(
+                r#""state":"complete""#,
+                r#""state":"erroring","restarts":99999999999"#,
+            ),
             None,
         ),
         ("not-json", "\u{1}\u{fffd} nodeState".to_owned(), None),
@@ -146,14 +153,20 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
     let malformed = condition(&nw, "NodeStateMalformed").expect("condition");
     assert_eq!(malformed.reason, "ParseError");
     assert!(
-        malformed.message.contains(&format!("on {} node(s)", bad.len()))
+        malformed
+            .message
+            .contains(&format!("on {} node(s)", bad.len()))
             && !malformed.message.contains(&good),
         "{}",
         malformed.message
     );
     let status = nw.status.clone().expect("status");
     for name in &names[1..] {
-        assert_eq!(status.node_status.get(name), Some(&Status::Blocked), "{name}");
+        assert_eq!(
+            status.node_status.get(name),
+            Some(&Status::Blocked),
+            "{name}"
+        );
     }
     assert!(condition(&nw, "Ready").is_some_and(|c| c.status == "False"));
 
@@ -176,9 +189,8 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
         &ns,
         "the hand-edited complete node reported malformed too",
         |nw| {
-            condition(nw, "NodeStateMalformed").is_some_and(|c| {
-                c.message.contains(&format!("on {} node(s)", bad.len() + 1))
-            })
+            condition(nw, "NodeStateMalformed")
+                .is_some_and(|c| c.message.contains(&format!("on {} node(s)", bad.len() + 1)))
         },
     )
     .await;
@@ -232,7 +244,11 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
         .await
         .expect("jobs")
         .items;
-    assert!(ran.is_empty(), "{} Job(s) ran on {hand_repaired}", ran.len());
+    assert!(
+        ran.is_empty(),
+        "{} Job(s) ran on {hand_repaired}",
+        ran.len()
+    );
 
     // Nothing but the test wrote the malformed annotations: before the repair, every value the
     // watch saw on a bad node is the one the test put there (the good node: its own records, then
@@ -257,7 +273,10 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
             if value.as_deref() == Some(edited.as_str()) {
                 after_edit = true;
             } else {
-                assert!(!after_edit, "{node}: the operator wrote {value:?} over the hand edit");
+                assert!(
+                    !after_edit,
+                    "{node}: the operator wrote {value:?} over the hand edit"
+                );
             }
         }
     }

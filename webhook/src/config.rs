@@ -477,8 +477,9 @@ mod tests {
         for bad in ["8MiB", "65535", "67108865", "1099511627776"] {
             let err = check(&["--max-body-bytes", bad]).expect_err(bad);
             assert!(
-                err.to_string()
-                    .contains(&format!("--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={bad:?}")),
+                err.to_string().contains(&format!(
+                    "--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={bad:?}"
+                )),
                 "{err}"
             );
         }
@@ -492,7 +493,11 @@ mod tests {
                 .contains("--metrics-auth (WEBHOOK_METRICS_AUTH)=\"maybe\""),
             "{err}"
         );
-        assert!(check(&["--metrics-auth", "true"]).expect("true").metrics_auth);
+        assert!(
+            check(&["--metrics-auth", "true"])
+                .expect("true")
+                .metrics_auth
+        );
         assert!(!check(&[]).expect("default").metrics_auth);
     }
 
@@ -500,6 +505,9 @@ mod tests {
     fn every_flag_has_its_variable() {
         let vars = env_vars();
         assert_eq!(vars.len(), 13, "{vars:?}");
-        assert!(vars.iter().all(|v| v.starts_with("WEBHOOK_") || v.starts_with("LOG_")));
+        assert!(
+            vars.iter()
+                .all(|v| v.starts_with("WEBHOOK_") || v.starts_with("LOG_"))
+        );
     }
 }

@@ -56,7 +56,10 @@ fn each_bad_variable_alone_stops_the_binary_naming_it() {
     let base: Vec<(&str, String)> = vec![
         ("KUBECONFIG", kubeconfig(dir.path()).display().to_string()),
         ("WEBHOOK_LISTEN", format!("127.0.0.1:{}", free_port())),
-        ("WEBHOOK_METRICS_LISTEN", format!("127.0.0.1:{}", free_port())),
+        (
+            "WEBHOOK_METRICS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        ),
         ("WEBHOOK_TLS_CERT_FILE", cert.display().to_string()),
         ("WEBHOOK_TLS_KEY_FILE", key.display().to_string()),
         ("LOG_FORMAT", "text".to_owned()),
@@ -66,7 +69,12 @@ fn each_bad_variable_alone_stops_the_binary_naming_it() {
     // (variable, bad value, variables to unset for the case, variables the message must name)
     let cases: Vec<(&str, &[u8], &[&str], &[&str])> = vec![
         ("WEBHOOK_LISTEN", b"9443", &[], &["WEBHOOK_LISTEN"]),
-        ("WEBHOOK_LISTEN", b"127.0.0.1:\xff", &[], &["WEBHOOK_LISTEN"]),
+        (
+            "WEBHOOK_LISTEN",
+            b"127.0.0.1:\xff",
+            &[],
+            &["WEBHOOK_LISTEN"],
+        ),
         (
             "WEBHOOK_METRICS_LISTEN",
             b"localhost",
@@ -177,12 +185,7 @@ fn each_bad_variable_alone_stops_the_binary_naming_it() {
         ("JOB_BACKOFF_LIMIT", b"-1", &[], &["JOB_BACKOFF_LIMIT"]),
         ("JOB_TTL_SUCCEEDED", b"1s", &[], &["JOB_TTL_SUCCEEDED"]),
         ("JOB_TTL_FAILED", b"\xff", &[], &["JOB_TTL_FAILED"]),
-        (
-            "KUBECONFIG",
-            missing.as_bytes(),
-            &[],
-            &["KUBECONFIG"],
-        ),
+        ("KUBECONFIG", missing.as_bytes(), &[], &["KUBECONFIG"]),
     ];
     let mut failures = Vec::new();
     for (var, value, unset, named) in &cases {
@@ -196,7 +199,9 @@ fn each_bad_variable_alone_stops_the_binary_naming_it() {
         }
         let shown = String::from_utf8_lossy(value);
         let Some(output) = run(&env) else {
-            failures.push(format!("{var}={shown:?}: accepted, the webhook kept running"));
+            failures.push(format!(
+                "{var}={shown:?}: accepted, the webhook kept running"
+            ));
             continue;
         };
         let all = format!(

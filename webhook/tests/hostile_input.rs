@@ -91,7 +91,11 @@ fn review_of_size(uid: &str, target: usize) -> Vec<u8> {
         uid,
         nodewright(10_000, target.saturating_sub(base.len())),
     ));
-    assert!(body.len().abs_diff(target) < 16, "{} for {target}", body.len());
+    assert!(
+        body.len().abs_diff(target) < 16,
+        "{} for {target}",
+        body.len()
+    );
     body
 }
 
@@ -141,12 +145,7 @@ async fn chunked_post(port: u16, ca_pem: &str, path: &str, total: usize) -> Stri
     let mut sent = 0;
     // The server may answer and close before the whole body is sent: a write error then is expected.
     while sent < total {
-        let frame = [
-            format!("{:x}\r\n", chunk.len()).as_bytes(),
-            &chunk,
-            b"\r\n",
-        ]
-        .concat();
+        let frame = [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat();
         if tls.write_all(&frame).await.is_err() {
             break;
         }
@@ -397,7 +396,9 @@ async fn hostile_reviews_get_a_clear_answer_and_memory_stays_bounded() {
             Expect::Allowed => {
                 let review: Value = serde_json::from_str(&answer).unwrap_or(Value::Null);
                 if status != 200 || review["response"]["allowed"] != true {
-                    failures.push(format!("{what}: status {status}, expected allowed: {short}"));
+                    failures.push(format!(
+                        "{what}: status {status}, expected allowed: {short}"
+                    ));
                 }
             }
             Expect::Denied(needles) => {
@@ -469,7 +470,11 @@ async fn hostile_reviews_get_a_clear_answer_and_memory_stays_bounded() {
         .send()
         .await
         .map(|r| r.status().as_u16());
-    assert_eq!(healthy.ok(), Some(200), "still ready after the hostile input");
+    assert_eq!(
+        healthy.ok(),
+        Some(200),
+        "still ready after the hostile input"
+    );
     let log = webhook.log();
     assert!(!log.contains("panicked"), "a handler panicked:\n{log}");
     let (hwm, rss) = rss_kib(pid);

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 use arbitrary::Unstructured;
 use nodewright_operator::jobs::stored::StoredJob;
-use nodewright_operator::preview::{Creation, JobIndex, package_done as is_done, plan_node as plan};
+use nodewright_operator::preview::{
+    Creation, JobIndex, package_done as is_done, plan_node as plan,
+};
 use nodewright_shared::api::{
     Interrupt, InterruptType, NodeWright, NodeWrightSpec, Package, Uninstall,
 };
@@ -53,7 +55,11 @@ fn package(u: &mut Unstructured<'_>) -> Package {
     if flag(u) {
         p.interrupt = Some(Interrupt {
             kind: pick(u, &INTERRUPTS),
-            services: if flag(u) { vec!["svc".to_owned()] } else { Vec::new() },
+            services: if flag(u) {
+                vec!["svc".to_owned()]
+            } else {
+                Vec::new()
+            },
         });
     }
     for _ in 0..u.int_in_range(0..=2u8).unwrap_or(0) {
@@ -95,7 +101,11 @@ fn state(u: &mut Unstructured<'_>) -> NodeState {
             image: "ghcr.io/example/pkg".to_owned(),
             container_sha: String::new(),
             stage: pick(u, &Stage::ALL),
-            state: if flag(u) { Some(pick(u, &STATES)) } else { None },
+            state: if flag(u) {
+                Some(pick(u, &STATES))
+            } else {
+                None
+            },
             restarts: u.int_in_range(0..=5).unwrap_or(0),
         });
     }
@@ -107,7 +117,10 @@ fn parsed(text: &str) -> Option<NodeState> {
     let state = NodeState::parse(text).ok()?;
     let written = state.to_annotation();
     let again = NodeState::parse(&written).expect("the operator's own annotation parses");
-    assert_eq!(again, state, "node state does not round-trip: {text:?} -> {written:?}");
+    assert_eq!(
+        again, state,
+        "node state does not round-trip: {text:?} -> {written:?}"
+    );
     Some(state)
 }
 

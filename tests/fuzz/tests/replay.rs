@@ -32,7 +32,11 @@ fn replay(target: &str, property: fn(&[u8])) {
             failed.push(path.display().to_string());
         }
     }
-    assert!(failed.is_empty(), "{target}: failing inputs:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{target}: failing inputs:\n{}",
+        failed.join("\n")
+    );
 }
 
 #[test]

@@ -247,7 +247,9 @@ mod tests {
             let mut nw = nodewright("nw", []);
             for i in 0..n {
                 let mut p = package("1.0.0");
-                p.depends_on = (0..deps).map(|d| (format!("dep-{d}"), "1.0.0".into())).collect();
+                p.depends_on = (0..deps)
+                    .map(|d| (format!("dep-{d}"), "1.0.0".into()))
+                    .collect();
                 nw.spec.packages.insert(format!("pkg-{i:05}x"), p);
             }
             nw
@@ -268,7 +270,8 @@ mod tests {
             "{got:?}"
         );
         assert!(
-            got.iter().any(|l| l.contains("10 more package(s) have more than 100 dependsOn entries")),
+            got.iter()
+                .any(|l| l.contains("10 more package(s) have more than 100 dependsOn entries")),
             "{got:?}"
         );
         assert_eq!(super::super::nodewright_oversized(&with(100, 0)), None);
