@@ -46,11 +46,14 @@ fn binary_exits_1_listing_every_bad_variable() {
     assert!(stderr.contains("LOG_FORMAT"), "{stderr}");
 }
 
+/// (variable, bad value, other variables the case needs)
+type Case<'a> = (&'a str, &'a [u8], &'a [(&'a str, &'a str)]);
+
 /// Every variable, one bad value at a time: the binary stops and names that variable (and no
 /// other), with the value it found.
 #[test]
 fn each_bad_variable_alone_stops_the_binary_naming_it() {
-    let cases: &[(&str, &[u8], &[(&str, &str)])] = &[
+    let cases: &[Case] = &[
         ("JOB_STAGE_TIMEOUT", b"forever", &[]),
         ("JOB_BACKOFF_LIMIT", b"-1", &[]),
         ("JOB_TTL_SUCCEEDED", b"1s", &[]),

@@ -32,6 +32,9 @@ const SUITE_LABEL: &str = "nodewright.test/node-state";
 /// Labels this test's nodes, so its watch sees only them.
 const NODE_LABEL: &str = "node-state.test/of";
 
+/// One node version the watch saw (node, annotation value), or `None`: the repair starts here.
+type Seen = Option<(String, Option<String>)>;
+
 /// A valid record of `pkg` 1.0.0 at `stage`/`state`.
 fn record(stage: &str, state: &str) -> String {
     json!({"pkg|1.0.0": {"name": "pkg", "version": "1.0.0", "image": "ghcr.io/nvidia/skyhook/agentless", "stage": stage, "state": state}}).to_string()
@@ -97,7 +100,7 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
 
     // The independent record: every value of the node-state annotation the apiserver served, per
     // node, in order, with a marker where the test starts repairing.
-    let seen: Arc<Mutex<Vec<Option<(String, Option<String>)>>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let watch = {
         let seen = seen.clone();
         let key = key.clone();

@@ -47,6 +47,9 @@ fn run(env: &[(String, Vec<u8>)]) -> Option<Output> {
     Some(child.wait_with_output().expect("output"))
 }
 
+/// (variable, bad value, variables to unset for the case, variables the message must name)
+type Case<'a> = (&'a str, &'a [u8], &'a [&'a str], &'a [&'a str]);
+
 #[test]
 fn each_bad_variable_alone_stops_the_binary_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -66,8 +69,7 @@ fn each_bad_variable_alone_stops_the_binary_naming_it() {
     ];
     let missing = dir.path().join("missing.pem").display().to_string();
     let key_as_cert = key.display().to_string();
-    // (variable, bad value, variables to unset for the case, variables the message must name)
-    let cases: Vec<(&str, &[u8], &[&str], &[&str])> = vec![
+    let cases: Vec<Case> = vec![
         ("WEBHOOK_LISTEN", b"9443", &[], &["WEBHOOK_LISTEN"]),
         (
             "WEBHOOK_LISTEN",

@@ -25,6 +25,17 @@ use nodewright_shared::node_state::{NodeState, Stage, State};
 /// (node, `<package>|<version>`, stage)
 type StageKey = (String, String, Stage);
 
+/// A package Job as first seen.
+struct Created {
+    stage: StageKey,
+    name: String,
+    /// Its resourceVersion when first seen.
+    rv: u64,
+    /// First seen in a live event (so `rv` is its creation revision), not in a (re)list.
+    live: bool,
+    created: Option<SystemTime>,
+}
+
 /// What the watches saw.
 #[derive(Default)]
 pub struct Record {
@@ -41,7 +52,7 @@ pub struct Record {
     /// Every package Job: its stage, name, first revision seen, whether that was a live event (the
     /// creation revision) and its creation time. Judged in [`Record::finish`], once both watches
     /// have delivered everything, so the order the two watches' events arrived in does not matter.
-    created: Vec<(StageKey, String, u64, bool, Option<SystemTime>)>,
+    created: Vec<Created>,
     /// Jobs per stage (distinct UIDs), for the report.
     pub jobs_per_stage: BTreeMap<StageKey, usize>,
     cordoned: BTreeSet<String>,
@@ -188,13 +199,26 @@ impl Record {
             .creation_timestamp
             .as_ref()
             .map(|t| SystemTime::from(t.0));
-        self.created.push((at, job.name_any(), rv, live, created));
+        self.created.push(Created {
+            stage: at,
+            name: job.name_any(),
+            rv,
+            live,
+            created,
+        });
     }
 
     /// Checks every Job against the records: none may have been created after its stage's outcome
     /// was recorded. Returns every violation of the trial.
     pub fn finish(&mut self) -> Vec<String> {
-        for ((node, key, stage), name, rv, live, created) in &self.created {
+        for Created {
+            stage: (node, key, stage),
+            name,
+            rv,
+            live,
+            created,
+        } in &self.created
+        {
             let Some(&(recorded_rv, recorded_at)) =
                 self.recorded.get(&(node.clone(), key.clone(), *stage))
             else {

@@ -16,5 +16,8 @@ mod node_plan;
 pub use admission::admission;
 pub use node_plan::node_plan;
 
+/// A property: panics exactly when the input breaks it.
+pub type Property = fn(&[u8]);
+
 /// The targets by name (the corpus directories under `fuzz/corpus/`).
-pub const TARGETS: [(&str, fn(&[u8])); 2] = [("admission", admission), ("node_plan", node_plan)];
+pub const TARGETS: [(&str, Property); 2] = [("admission", admission), ("node_plan", node_plan)];
