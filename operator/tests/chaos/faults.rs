@@ -383,10 +383,13 @@ impl ControlPlane {
     }
 }
 
-/// Deletes up to `n` random package pods of the trial's namespace; returns how many.
-pub async fn delete_pods(client: &kube::Client, namespace: &str, rng: &mut Rng, n: u64) -> usize {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let Ok(list) = pods
+/// Deletes up to `n` random package objects (label `nodewright.nvidia.com/name`) of `api`;
+/// returns how many.
+async fn delete_random<K>(api: Api<K>, rng: &mut Rng, n: u64, params: &DeleteParams) -> usize
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Ok(list) = api
         .list(&ListParams::default().labels(keys::NAME_LABEL))
         .await
     else {
@@ -398,41 +401,26 @@ pub async fn delete_pods(client: &kube::Client, namespace: &str, rng: &mut Rng, 
         if items.is_empty() {
             break;
         }
-        let pod = items.swap_remove(rng.below(items.len() as u64) as usize);
-        if pods
-            .delete(&pod.name_any(), &DeleteParams::default())
-            .await
-            .is_ok()
-        {
+        let object = items.swap_remove(rng.below(items.len() as u64) as usize);
+        if api.delete(&object.name_any(), params).await.is_ok() {
             deleted += 1;
         }
     }
     deleted
 }
 
+/// Deletes up to `n` random package pods of the trial's namespace.
+pub async fn delete_pods(client: &kube::Client, namespace: &str, rng: &mut Rng, n: u64) -> usize {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    delete_random(pods, rng, n, &DeleteParams::default()).await
+}
+
 /// Deletes up to `n` random package Jobs (with their pods) of the trial's namespace.
 pub async fn delete_jobs(client: &kube::Client, namespace: &str, rng: &mut Rng, n: u64) -> usize {
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let Ok(list) = jobs
-        .list(&ListParams::default().labels(keys::NAME_LABEL))
-        .await
-    else {
-        return 0;
-    };
-    let mut items = list.items;
-    let mut deleted = 0;
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
-    for _ in 0..n {
-        if items.is_empty() {
-            break;
-        }
-        let job = items.swap_remove(rng.below(items.len() as u64) as usize);
-        if jobs.delete(&job.name_any(), &params).await.is_ok() {
-            deleted += 1;
-        }
-    }
-    deleted
+    delete_random(jobs, rng, n, &params).await
 }
