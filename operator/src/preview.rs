@@ -33,18 +33,19 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde::Serialize;
 
-use crate::jobs::read::JobIndex;
 use crate::jobs::stored::StoredJob;
 use crate::jobs::{PackageAnnotation, RuntimeTaint};
 use crate::node::record::{Record, apply_record};
 use crate::rollout::pass::{self, PassDecision, PassInput};
-use crate::rollout::plan::{Creation, plan};
 use crate::rollout::selection;
 use crate::rollout::{
     PassParts, annotation_on, batches, config_updates, defaulted_policy, graph, own_jobs,
     pass_parts, priority, selected_nodes, uninstall,
 };
 
+/// The one-node planner the rollout runs, for properties checked outside the crate (the fuzz
+/// targets in `tests/fuzz`): pure, from a node's records and the Jobs known.
+pub use crate::jobs::read::JobIndex;
 pub use crate::jobs::read::{Recorded, is_finished, node_of, package_of, recorded};
 pub use crate::naming::{
     INTERRUPT_CONTAINER_NAME, PAUSE_CONTAINER_NAME, auto_taint_annotation, check_container_name,
@@ -54,6 +55,8 @@ pub use crate::node::cordon::{holds_cordon, uncordon};
 pub use crate::node::edit::{NodeEdit, node_patch};
 pub use crate::node::state::parse_state;
 pub use crate::rollout::batches::initial as initial_batch_state;
+use crate::rollout::plan::plan;
+pub use crate::rollout::plan::{Creation, Plan, plan as plan_node};
 pub use crate::rollout::reboots::reset_edit;
 pub use crate::rollout::selection::{NodeSelection, SelectorError};
 pub use crate::rollout::stages::is_done as package_done;

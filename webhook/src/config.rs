@@ -26,8 +26,10 @@ pub struct Args {
 
     /// Serve /metrics only to a bearer token the apiserver authenticates (TokenReview) and
     /// authorises for `get` on `/metrics` (SubjectAccessReview).
-    #[arg(long, env = "WEBHOOK_METRICS_AUTH", default_value_t = false, action = clap::ArgAction::Set)]
-    pub metrics_auth: bool,
+    /// `true` or `false` (also 1/0, t/f, TRUE/FALSE, as the operator's METRICS_AUTH). Read as text
+    /// and checked in [`Args::validate`], so a bad value is reported naming the variable.
+    #[arg(long, env = "WEBHOOK_METRICS_AUTH", default_value = "false")]
+    pub metrics_auth: String,
 
     /// PEM certificate chain file (with --tls-key-file). Re-read when it changes, including the
     /// kubelet's symlink swap of a mounted Secret.
@@ -47,8 +49,9 @@ pub struct Args {
     pub tls_reload_interval: String,
 
     /// Largest request body accepted, in bytes (an AdmissionReview carries the object twice on updates).
-    #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
-    pub max_body_bytes: usize,
+    /// From 65536 to 67108864 (64 MiB). Read as text and checked in [`Args::validate`].
+    #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value = "8388608")]
+    pub max_body_bytes: String,
 
     /// Time allowed for reading a request's headers and for answering it (Go duration).
     #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT", default_value = "10s")]
@@ -72,6 +75,49 @@ pub struct Args {
     /// Log filter, e.g. `info` or `nodewright_webhook=debug,info`.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+}
+
+/// Smallest accepted `WEBHOOK_MAX_BODY_BYTES`: objects can be large.
+pub const MIN_BODY_BYTES: usize = 64 * 1024;
+/// Largest accepted `WEBHOOK_MAX_BODY_BYTES`. The kube-apiserver refuses requests over 3 MiB, so an
+/// AdmissionReview (an UPDATE carries the object twice) stays well below this; a larger limit would
+/// only let a hostile client make each request cost that much memory.
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The environment variable of every flag, for the checks clap does not name them in.
+pub fn env_vars() -> Vec<String> {
+    use clap::CommandFactory;
+    Args::command()
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The variables of [`env_vars`] (and the shared operator defaults) whose value is not UTF-8: clap
+/// would refuse them without saying which, so they are reported first, by name.
+pub fn non_utf8_env() -> Vec<String> {
+    let mut vars = env_vars();
+    vars.extend(
+        [
+            nodewright_shared::defaults::ENV_JOB_STAGE_TIMEOUT,
+            nodewright_shared::defaults::ENV_JOB_BACKOFF_LIMIT,
+            nodewright_shared::defaults::ENV_JOB_TTL_SUCCEEDED,
+            nodewright_shared::defaults::ENV_JOB_TTL_FAILED,
+        ]
+        .map(str::to_owned),
+    );
+    vars.into_iter()
+        .filter_map(|var| {
+            let value = std::env::var_os(&var)?;
+            value.to_str().is_none().then(|| {
+                format!(
+                    "{var}={:?} is not valid UTF-8: set it to text",
+                    value.to_string_lossy()
+                )
+            })
+        })
+        .collect()
 }
 
 /// Where the serving certificate comes from.
@@ -188,18 +234,23 @@ impl Args {
             },
             (None, None, None) => {
                 problems.push(
-                    "no certificate source: set --tls-cert-file and --tls-key-file, or --tls-secret NAMESPACE/NAME"
+                    "no certificate source: set --tls-cert-file (WEBHOOK_TLS_CERT_FILE) and --tls-key-file (WEBHOOK_TLS_KEY_FILE), or --tls-secret (WEBHOOK_TLS_SECRET) NAMESPACE/NAME"
                         .to_owned(),
                 );
                 None
             }
             (Some(_), None, None) | (None, Some(_), None) => {
-                problems
-                    .push("--tls-cert-file and --tls-key-file must be given together".to_owned());
+                problems.push(
+                    "--tls-cert-file (WEBHOOK_TLS_CERT_FILE) and --tls-key-file (WEBHOOK_TLS_KEY_FILE) must be given together"
+                        .to_owned(),
+                );
                 None
             }
             _ => {
-                problems.push("use either certificate files or --tls-secret, not both".to_owned());
+                problems.push(
+                    "use either certificate files (--tls-cert-file/WEBHOOK_TLS_CERT_FILE and --tls-key-file/WEBHOOK_TLS_KEY_FILE) or --tls-secret (WEBHOOK_TLS_SECRET), not both"
+                        .to_owned(),
+                );
                 None
             }
         };
@@ -243,12 +294,26 @@ impl Args {
             Duration::ZERO,
         );
 
-        if self.max_body_bytes < 64 * 1024 {
-            problems.push(format!(
-                "--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={} is too small: at least 65536 (objects can be large)",
-                self.max_body_bytes
-            ));
-        }
+        let max_body_bytes = match self.max_body_bytes.trim().parse::<usize>() {
+            Ok(n) if (MIN_BODY_BYTES..=MAX_BODY_BYTES).contains(&n) => Some(n),
+            _ => {
+                problems.push(format!(
+                    "--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={:?} must be a whole number of bytes from {MIN_BODY_BYTES} (objects can be large) to {MAX_BODY_BYTES} (the apiserver sends at most 3 MiB per object), e.g. 8388608 (default)",
+                    self.max_body_bytes
+                ));
+                None
+            }
+        };
+        let metrics_auth = match self.metrics_auth.trim() {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+            other => {
+                problems.push(format!(
+                    "--metrics-auth (WEBHOOK_METRICS_AUTH)={other:?} must be true or false (also 1/0, t/f, TRUE/FALSE; default false)"
+                ));
+                None
+            }
+        };
         let log_format = match self.log_format.as_str() {
             "json" => Some(LogFormat::Json),
             "text" => Some(LogFormat::Text),
@@ -283,6 +348,8 @@ impl Args {
             shutdown_delay,
             log_format,
             defaults,
+            max_body_bytes,
+            metrics_auth,
         ) {
             (
                 Some(listen),
@@ -294,13 +361,15 @@ impl Args {
                 Some(shutdown_delay),
                 Some(log_format),
                 Some(defaults),
+                Some(max_body_bytes),
+                Some(metrics_auth),
             ) if problems.is_empty() => Ok(Config {
                 listen,
                 metrics_listen,
-                metrics_auth: self.metrics_auth,
+                metrics_auth,
                 cert_source,
                 tls_reload_interval,
-                max_body_bytes: self.max_body_bytes,
+                max_body_bytes,
                 request_timeout,
                 shutdown_grace,
                 shutdown_delay,
@@ -378,7 +447,7 @@ mod tests {
         let text = err.to_string();
         for needle in [
             "--listen (WEBHOOK_LISTEN)=\"nowhere\"",
-            "--tls-cert-file and --tls-key-file must be given together",
+            "--tls-cert-file (WEBHOOK_TLS_CERT_FILE) and --tls-key-file (WEBHOOK_TLS_KEY_FILE) must be given together",
             "--request-timeout (WEBHOOK_REQUEST_TIMEOUT)=\"soon\"",
             "--log-format (LOG_FORMAT)=\"xml\"",
             "--max-body-bytes",
@@ -395,5 +464,50 @@ mod tests {
             .validate_with(Ok(OperatorDefaults::default()))
             .expect_err("no certs");
         assert!(err.to_string().contains("no certificate source"), "{err}");
+    }
+
+    #[test]
+    fn body_limit_and_metrics_auth_are_checked_naming_their_variables() {
+        let base = ["--tls-cert-file", "/c", "--tls-key-file", "/k"];
+        let check = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            args(&all).validate_with(Ok(OperatorDefaults::default()))
+        };
+        for bad in ["8MiB", "65535", "67108865", "1099511627776"] {
+            let err = check(&["--max-body-bytes", bad]).expect_err(bad);
+            assert!(
+                err.to_string().contains(&format!(
+                    "--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={bad:?}"
+                )),
+                "{err}"
+            );
+        }
+        for good in ["65536", "67108864"] {
+            let cfg = check(&["--max-body-bytes", good]).expect(good);
+            assert_eq!(cfg.max_body_bytes.to_string(), good);
+        }
+        let err = check(&["--metrics-auth", "maybe"]).expect_err("maybe");
+        assert!(
+            err.to_string()
+                .contains("--metrics-auth (WEBHOOK_METRICS_AUTH)=\"maybe\""),
+            "{err}"
+        );
+        assert!(
+            check(&["--metrics-auth", "true"])
+                .expect("true")
+                .metrics_auth
+        );
+        assert!(!check(&[]).expect("default").metrics_auth);
+    }
+
+    #[test]
+    fn every_flag_has_its_variable() {
+        let vars = env_vars();
+        assert_eq!(vars.len(), 13, "{vars:?}");
+        assert!(
+            vars.iter()
+                .all(|v| v.starts_with("WEBHOOK_") || v.starts_with("LOG_"))
+        );
     }
 }

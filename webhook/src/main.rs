@@ -43,6 +43,15 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // clap refuses a non-UTF-8 value without naming its variable: name it first.
+    let non_utf8 = nodewright_webhook::config::non_utf8_env();
+    if !non_utf8.is_empty() {
+        eprintln!(
+            "nodewright-webhook: invalid configuration:\n  {}",
+            non_utf8.join("\n  ")
+        );
+        return ExitCode::from(2);
+    }
     let config = match Args::parse().validate() {
         Ok(c) => c,
         Err(e) => {
@@ -75,9 +84,13 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
 
     match &config.cert_source {
         CertSource::Files { cert, key } => {
-            tls::load_files(&certs, cert, key)
-                .await
-                .map_err(|e| format!("cannot load the serving certificate: {e}"))?;
+            tls::load_files(&certs, cert, key).await.map_err(|e| {
+                format!(
+                    "cannot load the serving certificate from --tls-cert-file (WEBHOOK_TLS_CERT_FILE)={} and --tls-key-file (WEBHOOK_TLS_KEY_FILE)={}: {e}",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
             tokio::spawn(tls::watch_files(
                 certs.clone(),
                 cert.clone(),

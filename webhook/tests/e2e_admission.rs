@@ -2,97 +2,14 @@
 //! real kube-apiserver (local control plane) through a Mutating- and a ValidatingWebhookConfiguration
 //! with `clientConfig.url`; then `kubectl apply` of every example.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+mod support;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use nodewright_e2e::{Cluster, ClusterOptions};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::Value;
-
-/// The webhook process; killed when dropped, so a failing test never leaves it behind.
-struct Webhook {
-    _child: tokio::process::Child,
-    log: PathBuf,
-    port: u16,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A CA and a serving certificate for 127.0.0.1; returns the CA PEM.
-fn write_certs(dir: &Path) -> String {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "nodewright e2e CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca_cert = ca_params.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(ca_params, ca_key);
-    let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .expect("params");
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, &issuer).expect("leaf");
-    std::fs::write(dir.join("tls.crt"), cert.pem()).expect("write cert");
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).expect("write key");
-    ca_cert.pem()
-}
-
-async fn start_webhook(cluster: &Cluster, dir: &Path) -> Webhook {
-    let port = free_port();
-    let log = dir.join("webhook.log");
-    let log_file = std::fs::File::create(&log).expect("log file");
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodewright-webhook"))
-        .env("KUBECONFIG", cluster.kubeconfig_path())
-        .env("JOB_STAGE_TIMEOUT", "1h")
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
-        .arg("--tls-cert-file")
-        .arg(dir.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(dir.join("tls.key"))
-        .args(["--log-format", "text"])
-        .stdout(Stdio::from(log_file.try_clone().expect("log clone")))
-        .stderr(Stdio::from(log_file))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("webhook binary starts");
-    Webhook {
-        _child: child,
-        log,
-        port,
-    }
-}
-
-async fn wait_ready(webhook: &Webhook, ca_pem: &str) {
-    let client = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("ca"))
-        .build()
-        .expect("client");
-    let url = format!("https://127.0.0.1:{}/readyz", webhook.port);
-    for _ in 0..300 {
-        if client
-            .get(&url)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!(
-        "webhook never became ready; its log:\n{}",
-        std::fs::read_to_string(&webhook.log).unwrap_or_default()
-    );
-}
+use support::{start_webhook, wait_ready, write_certs};
 
 fn webhook_configurations(port: u16, ca_pem: &str) -> String {
     use base64::Engine;
@@ -172,7 +89,7 @@ async fn kubectl_apply_is_defaulted_and_validated_by_the_webhook() {
     .expect("local control plane starts");
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = write_certs(dir.path());
-    let webhook = start_webhook(&cluster, dir.path()).await;
+    let webhook = start_webhook(cluster.kubeconfig_path(), dir.path(), &[]);
     wait_ready(&webhook, &ca).await;
     let configs = dir.path().join("webhooks.yaml");
     std::fs::write(&configs, webhook_configurations(webhook.port, &ca)).expect("write configs");
@@ -180,7 +97,7 @@ async fn kubectl_apply_is_defaulted_and_validated_by_the_webhook() {
         .kubectl(&["apply", "-f", &configs.to_string_lossy()])
         .await
         .expect("register webhooks");
-    let log = || std::fs::read_to_string(&webhook.log).unwrap_or_default();
+    let log = || webhook.log();
 
     // The valid policy is admitted and comes back with its strategy defaults filled in.
     let policy = examples().join("deploymentpolicy.yaml");

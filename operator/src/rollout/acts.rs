@@ -128,11 +128,27 @@ pub async fn act_on_nodes(
             node: row.node.clone(),
         });
     }
-    let done: Vec<(Done, Arc<Node>)> = stream::iter(tasks)
+    // Nodes this NodeWright holds cordoned act first: their acts can only release cordons (a
+    // node completing is uncordoned in the write that completes it), while the others' can only
+    // take one (a node admitted to the next batch). In one unordered round, the cordon of a newly
+    // admitted node could land before the uncordon of the node whose completion admitted it, and
+    // for that moment one node more than the budget would be cordoned.
+    let nw = input.nodewright.name_any();
+    let (releasing, acquiring): (Vec<Task>, Vec<Task>) = tasks
+        .into_iter()
+        .partition(|t| cordon::holds_cordon(&t.node, &nw));
+    let mut done: Vec<(Done, Arc<Node>)> = stream::iter(releasing)
         .map(|task| act_on_node(ctx, input, all_nodewrights, task))
         .buffer_unordered(NODE_CONCURRENCY)
         .collect()
         .await;
+    done.extend(
+        stream::iter(acquiring)
+            .map(|task| act_on_node(ctx, input, all_nodewrights, task))
+            .buffer_unordered(NODE_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await,
+    );
     // The conditions after every node's act: they are reports, the acts (the next Jobs) are what
     // the rollout waits for.
     let done: Vec<Done> = stream::iter(done)

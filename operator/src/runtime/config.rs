@@ -317,8 +317,13 @@ impl OperatorConfig {
             }
             _ => None,
         };
-        let identity = match get(ENV_POD_NAME).or_else(|| get(ENV_HOSTNAME)) {
-            Some(v) => p.check(ENV_POD_NAME, v, |v| {
+        // A bad identity is reported under the variable it came from: HOSTNAME when POD_NAME is
+        // unset, so the administrator fixes the variable that is actually wrong.
+        let identity_source = get(ENV_POD_NAME)
+            .map(|v| (ENV_POD_NAME, v))
+            .or_else(|| get(ENV_HOSTNAME).map(|v| (ENV_HOSTNAME, v)));
+        let identity = match identity_source {
+            Some((var, v)) => p.check(var, v, |v| {
                 (v.len() <= 253 && !v.chars().any(|c| c.is_whitespace() || c.is_control()))
                     .then_some(())
                     .ok_or_else(|| {

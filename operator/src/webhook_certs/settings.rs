@@ -81,9 +81,11 @@ impl Settings {
         names
     }
 
-    /// Reads the process environment; `Ok(None)` when the controller is off.
+    /// Reads the process environment; `Ok(None)` when the controller is off. A value that is not
+    /// UTF-8 is read lossily (so it fails validation naming its variable) rather than taken for
+    /// unset, which would silently switch the controller off.
     pub fn from_env() -> Result<Option<Settings>, SettingsError> {
-        Self::from_lookup(|var| std::env::var(var).ok())
+        Self::from_lookup(|var| std::env::var_os(var).map(|v| v.to_string_lossy().into_owned()))
     }
 
     /// Reads the settings through `lookup` (unset ⇒ `None`; empty counts as unset).

@@ -9,12 +9,12 @@ mod policy;
 mod status;
 
 pub use nodewright::{
-    DEFAULT_PRIORITY, DeploymentPolicyOptions, InterruptionBudget, NodeWright, NodeWrightSpec,
-    Sequencing,
+    DEFAULT_PRIORITY, DeploymentPolicyOptions, InterruptionBudget, MAX_PACKAGES, NodeWright,
+    NodeWrightSpec, Sequencing,
 };
 pub use package::{
-    GO_DURATION_PATTERN, Interrupt, InterruptType, PACKAGE_NAME_PATTERN, Package, PackageResources,
-    Uninstall,
+    GO_DURATION_PATTERN, Interrupt, InterruptType, MAX_DEPENDS_ON, PACKAGE_NAME_PATTERN, Package,
+    PackageResources, Uninstall,
 };
 pub use policy::{
     BatchParameters, Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy,

@@ -108,7 +108,7 @@ pub struct NodeWrightSpec {
     /// The packages, keyed by name (at most 100). Dependencies between them form a graph that must
     /// have no cycles.
     #[serde(default)]
-    #[schemars(extend("maxProperties" = 100))]
+    #[schemars(extend("maxProperties" = MAX_PACKAGES))]
     // The rules about one package key live on the map (a value cannot see its key); their
     // messages name the key (see `super::cel`).
     #[schemars(extend("x-kubernetes-validations" = super::cel::packages_rules()))]
@@ -141,6 +141,10 @@ pub struct NodeWrightSpec {
 
 /// The default `priority`.
 pub const DEFAULT_PRIORITY: i32 = 200;
+
+/// Most packages a NodeWright may hold (the CRD's `maxProperties` on `spec.packages`): the bound
+/// keeps the CRD's CEL rules, which compare packages pairwise, within the apiserver's cost budget.
+pub const MAX_PACKAGES: usize = 100;
 
 fn default_priority() -> i32 {
     DEFAULT_PRIORITY

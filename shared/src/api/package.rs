@@ -7,6 +7,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Most `dependsOn` entries a package may have (the CRD's `maxProperties`), for the same cost
+/// budget as [`super::MAX_PACKAGES`].
+pub const MAX_DEPENDS_ON: usize = 100;
+
 /// The pattern every package name (the key of `spec.packages`) must match: 2 to 43 characters of
 /// lowercase letters, digits and `-`, starting and ending with a letter. Container names are derived
 /// from it, so the limit is upstream's.
@@ -58,7 +62,7 @@ pub struct Package {
     /// Packages of this NodeWright (name → exact version) that must be complete on a node before this
     /// package starts there. A package waits only for its own dependencies; cycles are rejected.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 100, "additionalProperties" = {"type": "string", "maxLength": 63}))]
+    #[schemars(extend("maxProperties" = MAX_DEPENDS_ON, "additionalProperties" = {"type": "string", "maxLength": 63}))]
     #[schemars(extend("x-kubernetes-validations" = super::cel::depends_on_rules()))]
     pub depends_on: BTreeMap<String, String>,
 

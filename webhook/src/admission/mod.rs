@@ -120,6 +120,11 @@ trait Admitted: DeserializeOwned + Resource<DynamicType = ()> {
     fn fill_defaults(&mut self, defaults: &OperatorDefaults) -> Vec<FieldDefault>;
     /// Validates the object on CREATE (`old` is `None`) or UPDATE.
     fn validate(&self, old: Option<&Self>, cluster: &dyn ClusterView) -> Verdict;
+    /// Why the object exceeds the CRD's size bounds (so the mutating endpoint denies it rather than
+    /// default it), `None` within them.
+    fn oversized(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Admitted for NodeWright {
@@ -129,6 +134,10 @@ impl Admitted for NodeWright {
 
     fn validate(&self, old: Option<&Self>, cluster: &dyn ClusterView) -> Verdict {
         rules::validate_nodewright(self, old, cluster)
+    }
+
+    fn oversized(&self) -> Option<String> {
+        rules::nodewright_oversized(self)
     }
 }
 
@@ -269,7 +278,10 @@ fn decide<T: Resource, K: Admitted>(
         // Every other endpoint only acts on objects being created or updated.
         (_, Operation::Create | Operation::Update, Some(object)) => match webhook {
             Webhook::MutateNodeWright | Webhook::MutateDeploymentPolicy => match object {
-                Ok(object) => mutate(request, object, defaults),
+                Ok(object) => match object.oversized() {
+                    Some(why) => deny(request, why),
+                    None => mutate(request, object, defaults),
+                },
                 // Not decodable: the apiserver's schema validation, which runs next, reports it
                 // precisely.
                 Err(_) => (AdmissionResponse::from(request), Outcome::Allowed),

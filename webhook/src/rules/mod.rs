@@ -113,6 +113,21 @@ pub fn validate_nodewright(
     findings.finish()
 }
 
+/// The denial of a NodeWright over the CRD's size bounds (more than 100 packages, or a package with
+/// more than 100 `dependsOn` entries), for the mutating endpoint: such an object can never be
+/// stored, so it gets a clear denial instead of a patch sized by the object. `None` within bounds.
+pub fn nodewright_oversized(nw: &NodeWright) -> Option<String> {
+    let mut errors = nodewright::size_errors(nw);
+    errors.sort();
+    (!errors.is_empty()).then(|| {
+        Verdict {
+            errors,
+            warnings: Vec::new(),
+        }
+        .message()
+    })
+}
+
 /// Validates a DeploymentPolicy on CREATE or UPDATE.
 pub fn validate_deployment_policy(new: &DeploymentPolicy) -> Verdict {
     let mut findings = Findings::default();

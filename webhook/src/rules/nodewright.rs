@@ -2,11 +2,56 @@
 //! and (through `package` and `graph`) its packages.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use nodewright_shared::api::NodeWright;
+use nodewright_shared::api::{MAX_DEPENDS_ON, MAX_PACKAGES, NodeWright};
 use nodewright_shared::keys::MAX_NODEWRIGHT_NAME_LEN;
 
 use super::selector::selector_errors;
-use super::{ClusterView, Findings, graph, package};
+use super::{ClusterView, FieldError, Findings, child, graph, package};
+
+/// The CRD's size bounds (`maxProperties` of `spec.packages` and of every `dependsOn`), as findings:
+/// the object can never be stored, so nothing else about it is worth checking (or defaulting). Work
+/// and message stay bounded whatever the object holds: the oversized `dependsOn` maps are counted
+/// and the first few named.
+pub fn size_errors(nw: &NodeWright) -> Vec<FieldError> {
+    let packages = &nw.spec.packages;
+    let mut errors = Vec::new();
+    if packages.len() > MAX_PACKAGES {
+        errors.push(FieldError::new(
+            "spec.packages",
+            format!(
+                "{} packages: at most {MAX_PACKAGES} are allowed (the bound keeps the CRD's validation within the apiserver's cost budget); split them over several NodeWrights",
+                packages.len()
+            ),
+        ));
+    }
+    let oversized: Vec<&str> = packages
+        .iter()
+        .filter(|(_, p)| p.depends_on.len() > MAX_DEPENDS_ON)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    for key in oversized.iter().take(MAX_LISTED) {
+        errors.push(FieldError::new(
+            child(&child("spec.packages", key), "dependsOn"),
+            format!(
+                "{} entries: at most {MAX_DEPENDS_ON} are allowed; depend on fewer packages (dependencies are transitive)",
+                packages[*key].depends_on.len()
+            ),
+        ));
+    }
+    if oversized.len() > MAX_LISTED {
+        errors.push(FieldError::new(
+            "spec.packages",
+            format!(
+                "{} more package(s) have more than {MAX_DEPENDS_ON} dependsOn entries",
+                oversized.len() - MAX_LISTED
+            ),
+        ));
+    }
+    errors
+}
+
+/// Oversized `dependsOn` maps named one by one before the rest are only counted.
+const MAX_LISTED: usize = 10;
 
 /// Checks everything that does not need the previous version of the object.
 pub fn check(nw: &NodeWright, cluster: &dyn ClusterView, f: &mut Findings) {
@@ -75,10 +120,17 @@ pub fn check(nw: &NodeWright, cluster: &dyn ClusterView, f: &mut Findings) {
         "pod non-interrupt labels are not valid",
         f,
     );
-    for (key, p) in &spec.packages {
-        package::check(key, p, f);
+    let oversized = size_errors(nw);
+    if oversized.is_empty() {
+        for (key, p) in &spec.packages {
+            package::check(key, p, f);
+        }
+        graph::check(&spec.packages, f);
+    } else {
+        for e in oversized {
+            f.error(e.path, e.message);
+        }
     }
-    graph::check(&spec.packages, f);
 
     if let Some(policy) = policy
         && !cluster.policy_exists(policy)
@@ -184,6 +236,48 @@ mod tests {
         assert_err(
             &missing,
             "spec.deploymentPolicy: deploymentPolicy \"no-such-policy\" not found: create the DeploymentPolicy",
+        );
+    }
+
+    /// The CRD's size bounds, named with the counts; an object over them gets only those findings, so
+    /// its work and its message stay bounded.
+    #[test]
+    fn size_bounds() {
+        let with = |n: usize, deps: usize| {
+            let mut nw = nodewright("nw", []);
+            for i in 0..n {
+                let mut p = package("1.0.0");
+                p.depends_on = (0..deps)
+                    .map(|d| (format!("dep-{d}"), "1.0.0".into()))
+                    .collect();
+                nw.spec.packages.insert(format!("pkg-{i:05}x"), p);
+            }
+            nw
+        };
+        assert_eq!(lines(&with(100, 0)), Vec::<String>::new());
+        let got = lines(&with(10_000, 0));
+        assert_eq!(
+            got,
+            vec![
+                "spec.packages: 10000 packages: at most 100 are allowed (the bound keeps the CRD's validation within the apiserver's cost budget); split them over several NodeWrights"
+            ]
+        );
+        let got = lines(&with(20, 101));
+        assert_eq!(got.len(), 11, "{got:?}");
+        assert!(
+            got.iter()
+                .any(|l| l == "spec.packages.pkg-00000x.dependsOn: 101 entries: at most 100 are allowed; depend on fewer packages (dependencies are transitive)"),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|l| l.contains("10 more package(s) have more than 100 dependsOn entries")),
+            "{got:?}"
+        );
+        assert_eq!(super::super::nodewright_oversized(&with(100, 0)), None);
+        assert!(
+            super::super::nodewright_oversized(&with(101, 0))
+                .is_some_and(|m| m.starts_with("spec.packages: 101 packages: at most 100"))
         );
     }
 
