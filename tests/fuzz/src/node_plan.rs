@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 
 use arbitrary::Unstructured;
-use nodewright_operator::jobs::stored::StoredJob;
 use nodewright_operator::preview::{
     Creation, JobIndex, package_done as is_done, plan_node as plan,
 };
@@ -138,7 +137,7 @@ pub fn node_plan(data: &[u8]) {
         state(&mut u)
     };
     // No Jobs: what the plan decides from the node state alone.
-    let jobs = JobIndex::with_fleet(Vec::new(), &[], |_: &StoredJob| false);
+    let jobs = JobIndex::with_fleet(Vec::new(), &[]);
     for fresh in [false, true] {
         let p = plan(&nw, NODE, &state, &jobs, fresh);
         for creation in &p.create {
