@@ -1184,12 +1184,13 @@ fn operator_resources_follow_the_sizing_formula_unless_given() {
         let docs = render(REL, NS, args).expect("render");
         container(find(&docs, "Deployment", &format!("{FULL}-operator")))["resources"].clone()
     };
-    // The defaults (100 nodes, 3 packages) are the resources the chart always shipped.
+    // The defaults (100 nodes, 3 packages): 48 + 100*3*32/1024 = 57.4 -> 58Mi, x4 = 232Mi;
+    // 50 + 100*0.5 = 100m, x4 = 400m -> the 1000m floor.
     assert_eq!(
         resources(&[]),
-        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1000m", "memory": "512Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "58Mi"}, "limits": {"cpu": "1000m", "memory": "232Mi"}})
     );
-    // 1000 nodes with 5 packages: 98 + 1000*5*100/1024 = 586.3 -> 587Mi, x4 = 2348Mi;
+    // 1000 nodes with 5 packages: 48 + 1000*5*32/1024 = 204.3 -> 205Mi, x4 = 820Mi;
     // 50 + 1000*0.5 = 550m, x4 = 2200m.
     assert_eq!(
         resources(&[
@@ -1198,7 +1199,7 @@ fn operator_resources_follow_the_sizing_formula_unless_given() {
             "--set",
             "sizing.expectedPackages=5"
         ]),
-        json!({"requests": {"cpu": "550m", "memory": "587Mi"}, "limits": {"cpu": "2200m", "memory": "2348Mi"}})
+        json!({"requests": {"cpu": "550m", "memory": "205Mi"}, "limits": {"cpu": "2200m", "memory": "820Mi"}})
     );
     // Given resources win, verbatim.
     assert_eq!(
