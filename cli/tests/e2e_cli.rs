@@ -68,6 +68,21 @@ fn operator(
     )
 }
 
+/// What most tests start from: a client, a namespace for the operator and `count` fake nodes in
+/// the pool `name`.
+struct Ground {
+    client: kube::Client,
+    ns: String,
+    nodes: Vec<String>,
+}
+
+async fn ground(cluster: &Cluster, name: &str, count: usize) -> Ground {
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace(name).await.expect("namespace");
+    let nodes = pool(&client, name, count).await;
+    Ground { client, ns, nodes }
+}
+
 /// Creates the fake nodes `<pool>-0..count-1` labelled with the pool; returns their names.
 async fn pool(client: &kube::Client, pool: &str, count: usize) -> Vec<String> {
     let mut names = Vec::new();
@@ -236,13 +251,8 @@ fn planned_node<'a>(plan: &'a Value, name: &str) -> &'a Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_previews_the_batches_the_operator_then_runs() {
     let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("cli-plan")
-        .await
-        .expect("namespace");
     let name = "cli-plan";
-    let nodes = pool(&client, name, 4).await;
+    let Ground { client, ns, nodes } = ground(cluster, name, 4).await;
     create_fake_node(
         &client,
         "cli-plan-ignored",
@@ -568,13 +578,8 @@ async fn why_explains_a_timed_out_stage_logs_show_its_attempts_and_a_rerun_clear
     if common::skip_without_kwok_logs(cluster, "why on a timed-out stage").await {
         return;
     }
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("cli-why")
-        .await
-        .expect("namespace");
     let name = "cli-why";
-    let nodes = pool(&client, name, 1).await;
+    let Ground { client, ns, nodes } = ground(cluster, name, 1).await;
     let node = nodes[0].as_str();
     let dir = tempfile::tempdir().expect("tempdir");
     let _logs = driver_logs(
@@ -800,13 +805,8 @@ async fn package_logs_follow_a_running_stage() {
     if common::skip_without_kwok_logs(cluster, "package logs -f").await {
         return;
     }
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("cli-follow")
-        .await
-        .expect("namespace");
     let name = "cli-follow";
-    let nodes = pool(&client, name, 1).await;
+    let Ground { client, ns, nodes } = ground(cluster, name, 1).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("slow-apply.log");
     write_cri_log(&log, &["step 1 of 2"]);
@@ -936,13 +936,8 @@ async fn in_terminal(cluster: &Cluster, namespace: &str, args: &str, answer: &st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
     let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("cli-life")
-        .await
-        .expect("namespace");
     let name = "cli-life";
-    let nodes = pool(&client, name, 2).await;
+    let Ground { client, ns, nodes } = ground(cluster, name, 2).await;
     let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
     create_policy(&client, name, 2, 2).await;
     let first_jobs = FirstJobs::start(client.clone(), &ns);
@@ -1317,13 +1312,8 @@ async fn lifecycle_node_and_reset_commands_write_only_when_confirmed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_with_a_clear_error_and_nothing_written() {
     let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("cli-bad")
-        .await
-        .expect("namespace");
     let name = "cli-bad";
-    let nodes = pool(&client, name, 1).await;
+    let Ground { client, ns, nodes } = ground(cluster, name, 1).await;
     let node = nodes[0].as_str();
     let _operator = operator(&client, &ns, &[name], 3, None);
     create_nodewright(

@@ -977,30 +977,15 @@ fn dependencies(nw: &NodeWright, state: &NodeState) -> Vec<Blocker> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rollout::plan::tests::package;
     use k8s_openapi::api::batch::v1::{JobCondition, JobSpec, JobStatus};
     use k8s_openapi::api::core::v1::{NodeSpec, PodSpec, PodTemplateSpec, Taint};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use nodewright_shared::api::{
-        BatchParameters, DeploymentBudget, DeploymentPolicySpec, DeploymentStrategy, Interrupt,
+        BatchParameters, DeploymentBudget, DeploymentPolicySpec, DeploymentStrategy,
         InterruptionBudget, LinearStrategy, NodeWrightSpec, Package, PolicyDefault,
     };
     use nodewright_shared::node_state::PackageStatus;
-
-    fn package(deps: &[&str], interrupt: Option<InterruptType>) -> Package {
-        Package {
-            version: "1.0.0".into(),
-            image: "img".into(),
-            depends_on: deps
-                .iter()
-                .map(|d| ((*d).to_owned(), "1.0.0".to_owned()))
-                .collect(),
-            interrupt: interrupt.map(|kind| Interrupt {
-                kind,
-                services: vec![],
-            }),
-            ..Package::default()
-        }
-    }
 
     fn nodewright(name: &str, packages: &[(&str, Package)]) -> NodeWright {
         let mut nw = NodeWright::new(

@@ -313,7 +313,7 @@ fn interrupt_phase(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::jobs::stored::StoredJob;
     use std::collections::BTreeMap;
@@ -325,7 +325,8 @@ mod tests {
     use nodewright_shared::api::{Interrupt, InterruptType, NodeWrightSpec, Package};
     use nodewright_shared::keys;
 
-    fn package(deps: &[&str], interrupt: Option<InterruptType>) -> Package {
+    /// A package `1.0.0` depending on `deps` at `1.0.0` (also the preview's tests' fixture).
+    pub(crate) fn package(deps: &[&str], interrupt: Option<InterruptType>) -> Package {
         Package {
             version: "1.0.0".into(),
             image: "img".into(),

@@ -96,7 +96,8 @@ mod tests {
         )
     }
 
-    fn node(done_for: &[&str], taints: Vec<Taint>) -> Node {
+    /// One package complete.
+    fn complete_state() -> NodeState {
         let mut state = NodeState::default();
         state.upsert(PackageStatus {
             name: "p".into(),
@@ -107,6 +108,11 @@ mod tests {
             state: Some(State::Complete),
             restarts: 0,
         });
+        state
+    }
+
+    fn node(done_for: &[&str], taints: Vec<Taint>) -> Node {
+        let state = complete_state();
         Node {
             metadata: ObjectMeta {
                 name: Some("n".into()),
@@ -145,19 +151,7 @@ mod tests {
     #[test]
     fn the_pass_completing_a_node_counts_its_own_records() {
         let all = [nodewright("a", true), nodewright("b", true)];
-        let complete = {
-            let mut s = NodeState::default();
-            s.upsert(PackageStatus {
-                name: "p".into(),
-                version: "1".into(),
-                image: "i".into(),
-                container_sha: String::new(),
-                stage: Stage::Config,
-                state: Some(State::Complete),
-                restarts: 0,
-            });
-            s
-        };
+        let complete = complete_state();
         // The node shows b done, not a yet: a's pass knows a is done now.
         let n = node(&["b"], vec![]);
         assert!(!runtime_ready_with(&all, &n, None));
