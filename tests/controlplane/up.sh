@@ -106,12 +106,18 @@ options:
   kwokControllerBinary: ${bin_dir}/kwok
   kubectlBinary: ${bin_dir}/kubectl
 EOF
+# The kube-apiserver calls a webhook configured by Service at one of the Service's EndpointSlice
+# endpoints, as with kube-proxy on a real cluster: no kube-proxy runs here, so ClusterIPs do not
+# route. Suites point a Service at local webhook processes with EndpointSlices of their own
+# (tests/e2e/tests/rotation_load.rs), and the real node's pods are reached at their pod IPs.
+apiserver_args='
+  - key: enable-aggregator-routing
+    value: "true"'
 if ${real_node}; then
   rn_prereqs
   # kwok must leave the real node to its kubelet (it would race it on every pod); the apiserver
-  # must reach the kubelet by IP (logs, exec), be reachable from pods (bound beyond loopback, with
-  # the node address in its certificate), and call webhooks at their Service's endpoints (no
-  # kube-proxy here: ClusterIPs do not route).
+  # must reach the kubelet by IP (logs, exec) and be reachable from pods (bound beyond loopback,
+  # with the node address in its certificate).
   cat >>"${config}" <<EOF
   kubeApiserverCertSANs: ["${RN_NODE_IP}"]
 componentsPatches:
@@ -124,12 +130,16 @@ componentsPatches:
 - name: kube-apiserver
   extraArgs:
   - key: kubelet-preferred-address-types
-    value: InternalIP,Hostname
-  - key: enable-aggregator-routing
-    value: "true"
+    value: InternalIP,Hostname${apiserver_args}
   - key: bind-address
     value: 0.0.0.0
     override: true
+EOF
+else
+  cat >>"${config}" <<EOF
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:${apiserver_args}
 EOF
 fi
 

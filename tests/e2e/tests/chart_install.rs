@@ -16,27 +16,16 @@
 
 mod chart_support;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use chart_support::{chart_dir, container, env, env_value, find, parse_manifest, repo_dir};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+use chart_support::services::{
+    Listen, bundles, free_port, operator_command, spawn_logged, token_kubeconfig, webhook_command,
 };
-use kube::api::Api;
+use chart_support::{chart_dir, container, env_value, find, parse_manifest, repo_dir};
 use nodewright_e2e::{Cluster, ClusterOptions};
-use nodewright_operator::webhook_certs;
 use serde_json::Value;
 
 const REL: &str = "nw";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// `kubectl auth can-i` as a ServiceAccount: true for "yes" (kubectl exits 1 on "no").
 async fn can_i(cluster: &Cluster, ns: &str, sa: &str, args: &[&str]) -> bool {
@@ -53,79 +42,6 @@ async fn can_i(cluster: &Cluster, ns: &str, sa: &str, args: &[&str]) -> bool {
         .await
         .expect("kubectl runs");
     String::from_utf8_lossy(&output.stdout).trim() == "yes"
-}
-
-/// A kubeconfig for the cluster that authenticates with a ServiceAccount token.
-async fn token_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, dir: &Path) -> PathBuf {
-    let token = cluster
-        .kubectl(&["create", "token", sa, "-n", ns, "--duration", "1h"])
-        .await
-        .expect("create token");
-    let view: Value = serde_json::from_str(
-        &cluster
-            .kubectl(&["config", "view", "--raw", "--minify", "-o", "json"])
-            .await
-            .expect("config view"),
-    )
-    .expect("kubeconfig json");
-    // The admin kubeconfig's cluster entry as is (server and CA, as data or as a file path).
-    let cluster_entry = view["clusters"][0]["cluster"].clone();
-    let config = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster_entry}],
-        "users": [{"name": sa, "user": {"token": token.trim()}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": sa, "namespace": ns}}],
-        "current-context": "c",
-    });
-    let path = dir.join(format!("{sa}.kubeconfig"));
-    std::fs::write(&path, serde_json::to_vec(&config).expect("json")).expect("write kubeconfig");
-    path
-}
-
-/// Builds the webhook binary into this test's target directory (a no-op when it is current).
-fn webhook_binary() -> PathBuf {
-    built_binary("NODEWRIGHT_WEBHOOK_BIN", "nodewright-webhook")
-}
-
-/// Builds the operator binary into this test's target directory (a no-op when it is current).
-fn operator_binary() -> PathBuf {
-    built_binary("NODEWRIGHT_OPERATOR_BIN", "nodewright-operator")
-}
-
-/// `$override_var`, else `cargo build -p <name> --bin <name>` into this test's target directory.
-fn built_binary(override_var: &str, name: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(override_var) {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    // <target>/debug/deps/<test> -> <target>/debug
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target profile dir")
-        .to_path_buf();
-    let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = std::process::Command::new(cargo)
-        .args(["build", "-p", name, "--bin", name])
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .current_dir(repo_dir())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building {name} failed");
-    profile_dir.join(name)
-}
-
-/// A spawned service whose output goes to a log file.
-fn spawn_logged(mut command: tokio::process::Command, log: &Path) -> tokio::process::Child {
-    let log_file = std::fs::File::create(log).expect("log");
-    command
-        .stdout(Stdio::from(log_file.try_clone().expect("clone")))
-        .stderr(Stdio::from(log_file))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("service starts")
 }
 
 /// Lines of a service log that report an authorisation failure.
@@ -200,23 +116,6 @@ async fn exists(cluster: &Cluster, kind: &str, ns: Option<&str>, name: &str) -> 
         .expect("kubectl get")
         .trim()
         .is_empty()
-}
-
-/// Every caBundle of both configurations (empty strings where absent).
-async fn bundles(client: &kube::Client, name: &str) -> Vec<String> {
-    let m = webhook_certs::publish::read_mutating(
-        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
-        name,
-    )
-    .await
-    .expect("mutating");
-    let v = webhook_certs::publish::read_validating(
-        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        name,
-    )
-    .await
-    .expect("validating");
-    m.bundles().chain(v.bundles()).collect()
 }
 
 /// Two packages, `tool` depending on `base`, on the kwok nodes.
@@ -578,9 +477,7 @@ async fn install_admit_upgrade_uninstall() {
     // (fieldRefs) and the listen addresses (free local ports) are supplied here.
     let nodes_before = node_marks(&cluster).await;
     let op_kubeconfig = token_kubeconfig(&cluster, &ns, op_sa, work.path()).await;
-    let operator = find(&manifest, "Deployment", "nw-nodewright-operator");
-    let defaults = find(&manifest, "ConfigMap", "nw-nodewright-defaults");
-    let op_container = container(operator).clone();
+    let op_container = container(find(&manifest, "Deployment", "nw-nodewright-operator")).clone();
     assert_eq!(
         env_value(&op_container, "WEBHOOK_CERTS_MANAGED").as_deref(),
         Some("true"),
@@ -591,26 +488,16 @@ async fn install_admit_upgrade_uninstall() {
             .is_some_and(|n| n.split(',').any(|n| n == "127.0.0.1")),
         "URL host in the names"
     );
-    let op_metrics_port = free_port();
-    let mut command = tokio::process::Command::new(operator_binary());
-    command.env_clear();
-    if let Some(path) = std::env::var_os("PATH") {
-        command.env("PATH", path);
-    }
-    for (k, v) in defaults["data"].as_object().expect("defaults data") {
-        command.env(k, v.as_str().unwrap_or_default());
-    }
-    for (name, value) in env(&op_container) {
-        match (name.as_str(), value) {
-            ("NAMESPACE", _) => command.env(&name, &ns),
-            ("POD_NAME", _) => command.env(&name, "nw-nodewright-operator-0"),
-            ("METRICS_LISTEN", _) => command.env(&name, format!("127.0.0.1:{op_metrics_port}")),
-            ("PROBE_LISTEN", _) => command.env(&name, format!("127.0.0.1:{}", free_port())),
-            (_, Some(value)) => command.env(&name, value),
-            (_, None) => panic!("operator env {name} has no value and no known fieldRef"),
-        };
-    }
-    command.env("KUBECONFIG", &op_kubeconfig);
+    let op_listen = Listen::local();
+    let command = operator_command(
+        &manifest,
+        REL,
+        &ns,
+        &op_kubeconfig,
+        "nw-nodewright-operator-0",
+        &op_listen,
+        None,
+    );
     let op_log = work.path().join("operator.log");
     let mut operator = spawn_logged(command, &op_log);
     let operator_log = || std::fs::read_to_string(&op_log).unwrap_or_default();
@@ -642,26 +529,12 @@ async fn install_admit_upgrade_uninstall() {
 
     // The webhook binary with the webhook's token and the chart's env.
     let wh_kubeconfig = token_kubeconfig(&cluster, &ns, wh_sa, work.path()).await;
-    let webhook = find(&manifest, "Deployment", "nw-nodewright-webhook");
     let log = work.path().join("webhook.log");
-    let wh_metrics_port = free_port();
-    let mut command = tokio::process::Command::new(webhook_binary());
-    for (name, value) in env(container(webhook)) {
-        if let Some(value) = value {
-            command.env(name, value);
-        }
-    }
-    for (k, v) in defaults["data"].as_object().expect("defaults data") {
-        command.env(k, v.as_str().unwrap_or_default());
-    }
-    command
-        .env("KUBECONFIG", &wh_kubeconfig)
-        .env("WEBHOOK_LISTEN", format!("127.0.0.1:{port}"))
-        .env(
-            "WEBHOOK_METRICS_LISTEN",
-            format!("127.0.0.1:{wh_metrics_port}"),
-        )
-        .env("LOG_FORMAT", "text");
+    let wh_listen = Listen {
+        serve: format!("127.0.0.1:{port}"),
+        metrics: format!("127.0.0.1:{}", free_port()),
+    };
+    let command = webhook_command(&manifest, REL, &wh_kubeconfig, &wh_listen, None);
     let webhook = spawn_logged(command, &log);
     let webhook_log = || std::fs::read_to_string(&log).unwrap_or_default();
 
@@ -766,9 +639,12 @@ async fn install_admit_upgrade_uninstall() {
         .kubectl(&["create", "token", "stranger", "-n", &ns])
         .await
         .expect("token");
-    for (service, port) in [("operator", op_metrics_port), ("webhook", wh_metrics_port)] {
+    for (service, addr) in [
+        ("operator", &op_listen.metrics),
+        ("webhook", &wh_listen.metrics),
+    ] {
         let scrape = |token: String| async move {
-            let url = format!("http://127.0.0.1:{port}/metrics");
+            let url = format!("http://{addr}/metrics");
             let response = reqwest::Client::new()
                 .get(&url)
                 .bearer_auth(token.trim())
