@@ -53,7 +53,8 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value = "8388608")]
     pub max_body_bytes: String,
 
-    /// Time allowed for reading a request's headers and for answering it (Go duration).
+    /// Time allowed for the TLS handshake, for reading a request's headers and for answering it
+    /// (Go duration). An idle keep-alive connection is kept longer (`server::KEEP_ALIVE_IDLE`).
     #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT", default_value = "10s")]
     pub request_timeout: String,
 

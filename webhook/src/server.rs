@@ -20,10 +20,20 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
+/// How long an idle HTTP/1.1 keep-alive connection stays open. hyper's header-read timer starts as
+/// soon as a connection waits for its next request, so it is also the idle timeout. It must be
+/// longer than the kube-apiserver's: its webhook client (Go's net/http, HTTP/1.1 so that requests
+/// spread over the Service's endpoints) keeps idle connections for 90 s and reuses them. A server
+/// that closed them sooner would, now and then, close one just as the apiserver sent an admission
+/// request on it, and that request would fail (a POST is not retried): with `failurePolicy: Fail`,
+/// a refused object. Found by tests/e2e/tests/rotation_load.rs; guarded by `tls_rotation.rs`.
+pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(120);
+
 /// Bounds on slow or stalled clients.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Time for the TLS handshake and, separately, for reading a request's headers.
+    /// Time for the TLS handshake and, separately, for reading a request's headers; an idle
+    /// keep-alive connection gets at least [`KEEP_ALIVE_IDLE`] to send its next request.
     pub read_timeout: Duration,
     /// Time in-flight requests get to finish once a stop is requested.
     pub shutdown_grace: Duration,
@@ -81,7 +91,7 @@ pub async fn serve_tls(
             builder
                 .http1()
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.read_timeout);
+                .header_read_timeout(limits.read_timeout.max(KEEP_ALIVE_IDLE));
             builder.http2().timer(TokioTimer::new());
             let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             if let Err(e) = watcher.watch(connection.into_owned()).await {

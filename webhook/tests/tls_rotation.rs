@@ -260,3 +260,106 @@ async fn certificate_rotates_under_load_without_a_failed_request() {
         "listener still open after stop"
     );
 }
+
+/// One HTTP/1.1 request on `tls`, the response's status line (empty when the server has closed the
+/// connection).
+async fn exchange<S>(tls: &mut S, body: &[u8]) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let head = format!(
+        "POST /validate-nodewright HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    if tls.write_all(head.as_bytes()).await.is_err() || tls.write_all(body).await.is_err() {
+        return String::new();
+    }
+    let _ = tls.flush().await;
+    // Read the head, then exactly content-length bytes of body, leaving the connection idle.
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + length {
+                match tls.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return String::new(),
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            return head.lines().next().unwrap_or_default().to_owned();
+        }
+        match tls.read(&mut chunk).await {
+            Ok(0) | Err(_) => return String::new(),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The kube-apiserver talks to webhooks over HTTP/1.1 and keeps idle connections for 90 s; an idle
+/// keep-alive connection must outlive the (short) header-read timeout, or the apiserver's next
+/// request on it races the server's close and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = ca();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key, _) = leaf(&ca, "webhook");
+    kubelet_publish(dir.path(), 0, &cert, &key);
+    let certs = CertStore::new();
+    tls::load_files(&certs, &dir.path().join("tls.crt"), &dir.path().join("tls.key"))
+        .await
+        .expect("certificate");
+    let state = Arc::new(AppState {
+        defaults: OperatorDefaults::default(),
+        cluster: Arc::new(StaticView {
+            policies: vec!["gpu-rollout".into()],
+            users: vec![],
+        }),
+        metrics: Metrics::new(),
+        ready: Readiness::new(certs.clone()),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let read_timeout = Duration::from_millis(500);
+    tokio::spawn(serve_tls(
+        listener,
+        Arc::new(tls::server_config(certs).expect("tls config")),
+        router(state, 8 << 20, Duration::from_secs(10)),
+        Limits {
+            read_timeout,
+            shutdown_grace: Duration::from_secs(1),
+        },
+        stop_rx,
+    ));
+
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut ca.pem.as_bytes()) {
+        roots.add(c.expect("ca pem")).expect("root");
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = connector.connect(name, tcp).await.expect("handshake");
+    let body = validate_body();
+    assert_eq!(exchange(&mut tls, &body).await, "http/1.1 200 ok");
+    // Idle for four header-read timeouts, as between two admissions on a quiet cluster.
+    tokio::time::sleep(read_timeout * 4).await;
+    assert_eq!(
+        exchange(&mut tls, &body).await,
+        "http/1.1 200 ok",
+        "the idle connection was closed by the server"
+    );
+    let _ = stop_tx.send(true);
+}
