@@ -156,7 +156,6 @@ async fn store(secrets: &Api<Secret>, name: &str, data: Vec<(&str, String)>) {
 /// A cgroup with the chart's limits for `deployment`'s container, or `None` (said why) when this
 /// machine cannot confine processes.
 fn confine(manifest: &[Value], deployment: &str, name: &str) -> Option<Cgroup> {
-    if name == "operator" { return None; } // TEMP
     let resources = &container(find(manifest, "Deployment", deployment))["resources"];
     let limits = Limits::from_resources(resources).expect("chart limits");
     match Cgroup::create(&format!("rotation-{}-{name}", std::process::id()), limits) {

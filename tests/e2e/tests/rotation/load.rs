@@ -75,7 +75,7 @@ pub async fn client(
     let mut step = 0usize;
     while !stop.is_cancelled() {
         step += 1;
-        let create = pool.len() < POOL; // TEMP
+        let create = pool.len() < POOL || step % 8 == 0;
         let start = Instant::now();
         let (op, result) = if create {
             let name = format!("{prefix}-{id}-{made}");
