@@ -31,6 +31,7 @@ use invariants::Record;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nodewright_e2e::limits::Limits;
 use nodewright_e2e::{Cluster, ClusterOptions};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright, Status};
 use nodewright_shared::node_state::{NodeState, Stage, State};
@@ -113,6 +114,7 @@ async fn trial(
     index: usize,
     seed: u64,
     nodes: usize,
+    limits: Option<Limits>,
 ) -> Trial {
     let client = cluster.client().await.expect("client");
     let mut rng = Rng::new(seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -137,6 +139,7 @@ async fn trial(
             &ns,
             &format!("op-{generation}"),
             &logs,
+            limits,
         )
     };
     let mut replicas: Vec<Replica> = (0..replicas_wanted)
@@ -358,6 +361,15 @@ async fn run(trials: usize, nodes: usize, seed: u64) -> Summary {
     })
     .await
     .expect("local control plane starts");
+    // Every replica runs under the chart's default resource limits, as a `helm install` would run
+    // its pod.
+    let limits = match nodewright_e2e::limits::chart_defaults(&cluster, "operator").await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            eprintln!("chaos: replicas run without limits: {e}");
+            None
+        }
+    };
     let plane = Arc::new(ControlPlane::new(cluster.name()));
     let restarted: Arc<Mutex<BTreeMap<&'static str, usize>>> = Arc::default();
     let supervisor = {
@@ -376,7 +388,7 @@ async fn run(trials: usize, nodes: usize, seed: u64) -> Summary {
     };
     let mut out = Vec::new();
     for index in 0..=trials {
-        out.push(trial(&cluster, &plane, index, seed, nodes).await);
+        out.push(trial(&cluster, &plane, index, seed, nodes, limits).await);
     }
     supervisor.abort();
     let apiserver_peak_rss_kib = plane.peak_rss_kib("kube-apiserver");
@@ -423,8 +435,24 @@ fn table(summary: &Summary, nodes: usize) -> String {
         .map(|t| t.operator_peak_rss_kib)
         .max()
         .unwrap_or(0);
+    let confined = faults::confinement();
+    let limit = match confined.limits {
+        Some(l) => format!(
+            "operator replicas under the chart's default limits ({}): cgroup peak {:.1} MiB{}, OOM kills {}",
+            l.describe(),
+            confined.peak_bytes as f64 / (1 << 20) as f64,
+            l.memory_bytes
+                .map(|m| format!(
+                    " ({:.0}% of the limit)",
+                    100.0 * confined.peak_bytes as f64 / m as f64
+                ))
+                .unwrap_or_default(),
+            confined.oom_kills
+        ),
+        None => "operator replicas not confined (no writable cgroups here)".to_owned(),
+    };
     format!(
-        "{header}\n{row}\noperator peak RSS {} MiB, kube-apiserver peak RSS {} MiB; components restarted after exiting: {:?}\n",
+        "{header}\n{row}\noperator peak RSS {} MiB, kube-apiserver peak RSS {} MiB; components restarted after exiting: {:?}\n{limit}\n",
         rss / 1024,
         summary.apiserver_peak_rss_kib / 1024,
         summary.restarted
@@ -460,7 +488,14 @@ async fn run_and_report(trials: usize, nodes: usize) {
     let table = table(&summary, nodes);
     println!("{table}");
     eprintln!("{table}");
-    let violations: Vec<&String> = summary.trials.iter().flat_map(|t| &t.violations).collect();
+    let mut violations: Vec<&String> = summary.trials.iter().flat_map(|t| &t.violations).collect();
+    let oom = format!(
+        "{} operator replica(s) OOM-killed at the chart's memory limit",
+        faults::confinement().oom_kills
+    );
+    if faults::confinement().oom_kills > 0 {
+        violations.push(&oom);
+    }
     assert!(
         violations.is_empty(),
         "{} invariant violation(s):\n{}",

@@ -313,9 +313,13 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
     let (cert, key, _) = leaf(&ca, "webhook");
     kubelet_publish(dir.path(), 0, &cert, &key);
     let certs = CertStore::new();
-    tls::load_files(&certs, &dir.path().join("tls.crt"), &dir.path().join("tls.key"))
-        .await
-        .expect("certificate");
+    tls::load_files(
+        &certs,
+        &dir.path().join("tls.crt"),
+        &dir.path().join("tls.key"),
+    )
+    .await
+    .expect("certificate");
     let state = Arc::new(AppState {
         defaults: OperatorDefaults::default(),
         cluster: Arc::new(StaticView {

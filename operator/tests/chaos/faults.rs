@@ -12,6 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
+use nodewright_e2e::limits::{Cgroup, Limits};
 use nodewright_shared::keys;
 
 /// xorshift64*: small, seedable, the same sequence on every machine.
@@ -94,10 +95,34 @@ impl Fault {
     }
 }
 
-/// One operator replica: the real binary, its log in the trial's directory.
+/// The worst a replica's cgroup saw, over every replica of the run (kept when a replica goes).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Confinement {
+    /// The limits in force (`None` when the machine could not confine the replicas).
+    pub limits: Option<Limits>,
+    /// Highest memory charged to one replica's cgroup.
+    pub peak_bytes: u64,
+    /// Replicas killed by the kernel's OOM killer at their limit.
+    pub oom_kills: u64,
+}
+
+static CONFINEMENT: std::sync::Mutex<Confinement> = std::sync::Mutex::new(Confinement {
+    limits: None,
+    peak_bytes: 0,
+    oom_kills: 0,
+});
+
+/// What the replicas' cgroups saw so far.
+pub fn confinement() -> Confinement {
+    CONFINEMENT.lock().map(|c| *c).unwrap_or_default()
+}
+
+/// One operator replica: the real binary, its log in the trial's directory, inside a cgroup with
+/// the chart's default limits when the machine allows.
 pub struct Replica {
     pub name: String,
     child: Child,
+    cgroup: Option<Cgroup>,
 }
 
 impl Replica {
@@ -121,18 +146,44 @@ impl Drop for Replica {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let (Some(cgroup), Ok(mut c)) = (&self.cgroup, CONFINEMENT.lock()) {
+            let usage = cgroup.usage();
+            c.limits = Some(cgroup.limits());
+            c.peak_bytes = c.peak_bytes.max(usage.peak_bytes);
+            c.oom_kills += usage.oom_kills;
+        }
     }
 }
 
 /// Starts the operator binary as replica `name` of a trial: leader election on, with short Lease
-/// timings so a failover takes seconds (the defaults would make each one cost 15 s).
-pub fn spawn_replica(kubeconfig: &Path, namespace: &str, name: &str, logs: &Path) -> Replica {
+/// timings so a failover takes seconds (the defaults would make each one cost 15 s); inside a
+/// cgroup with `limits` (the chart's defaults) when given and the machine allows.
+pub fn spawn_replica(
+    kubeconfig: &Path,
+    namespace: &str,
+    name: &str,
+    logs: &Path,
+    limits: Option<Limits>,
+) -> Replica {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(logs.join(format!("{name}.log")))
         .expect("replica log");
-    let child = Command::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+    let program = Path::new(env!("CARGO_BIN_EXE_nodewright-operator"));
+    let cgroup = limits.and_then(|l| {
+        Cgroup::create(
+            &format!("chaos-{}-{namespace}-{name}", std::process::id()),
+            l,
+        )
+        .map_err(|e| eprintln!("chaos: replica {name} runs without limits: {e}"))
+        .ok()
+    });
+    let mut command = match &cgroup {
+        Some(c) => c.std_command(program),
+        None => Command::new(program),
+    };
+    let child = command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("KUBECONFIG", kubeconfig)
@@ -156,6 +207,7 @@ pub fn spawn_replica(kubeconfig: &Path, namespace: &str, name: &str, logs: &Path
     Replica {
         name: name.to_owned(),
         child,
+        cgroup,
     }
 }
 

@@ -329,7 +329,7 @@ fn controlplane_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../controlplane")
 }
 
-fn repo_dir() -> PathBuf {
+pub(crate) fn repo_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 

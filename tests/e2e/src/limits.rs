@@ -31,6 +31,9 @@ pub enum LimitsError {
         /// The rendered value.
         value: String,
     },
+    /// The chart could not be rendered or holds no such Deployment.
+    #[error("reading the chart's resource limits: {0}")]
+    Chart(String),
     /// No writable cgroup hierarchy.
     #[error("no writable cgroup hierarchy for {name}: {reason}")]
     Unavailable {
@@ -112,6 +115,39 @@ impl Limits {
             parts.join(" ")
         }
     }
+}
+
+/// The resource limits of the first container of Deployment `<release>-nodewright-<component>`
+/// (`operator` or `webhook`) in the chart as `helm template` renders it with its default values:
+/// what a `helm install` gives the pod.
+pub async fn chart_defaults(
+    cluster: &crate::Cluster,
+    component: &str,
+) -> Result<Limits, LimitsError> {
+    let chart = crate::repo_dir().join("chart");
+    let rendered = cluster
+        .helm(&[
+            "template",
+            "nw",
+            &chart.to_string_lossy(),
+            "-n",
+            "nodewright",
+        ])
+        .await
+        .map_err(|e| LimitsError::Chart(e.to_string()))?;
+    let name = format!("nw-nodewright-{component}");
+    for doc in yaml_serde::Deserializer::from_str(&rendered) {
+        let value: serde_json::Value = match serde::Deserialize::deserialize(doc) {
+            Ok(v) => v,
+            Err(e) => return Err(LimitsError::Chart(format!("rendered YAML: {e}"))),
+        };
+        if value["kind"] == "Deployment" && value["metadata"]["name"] == name.as_str() {
+            return Limits::from_resources(
+                &value["spec"]["template"]["spec"]["containers"][0]["resources"],
+            );
+        }
+    }
+    Err(LimitsError::Chart(format!("no Deployment {name} rendered")))
 }
 
 /// `<digits><suffix>` times the suffix's factor (`bare` without a suffix).
@@ -265,20 +301,32 @@ impl Cgroup {
         &self.name
     }
 
-    /// A command that runs `program` inside the cgroup: a shell joins it and then `exec`s the
-    /// program (same pid), so every byte the program allocates is charged there from its first
-    /// instruction, as in a container.
-    pub fn command(&self, program: &Path) -> tokio::process::Command {
+    /// The shell arguments that join the cgroup and then `exec` `program` (same pid), so every
+    /// byte the program allocates is charged there from its first instruction, as in a container.
+    fn shell_args(&self, program: &Path) -> [std::ffi::OsString; 3] {
         let joins: Vec<String> = self
             .dirs()
             .iter()
             .map(|d| format!("echo $$ > '{}'", d.join("cgroup.procs").display()))
             .collect();
+        [
+            "-c".into(),
+            format!("{} && exec \"$0\"", joins.join(" && ")).into(),
+            program.into(),
+        ]
+    }
+
+    /// A command that runs `program` inside the cgroup (see [`Cgroup::shell_args`]).
+    pub fn command(&self, program: &Path) -> tokio::process::Command {
         let mut command = tokio::process::Command::new("/bin/sh");
+        command.args(self.shell_args(program));
         command
-            .arg("-c")
-            .arg(format!("{} && exec \"$0\"", joins.join(" && ")))
-            .arg(program);
+    }
+
+    /// As [`Cgroup::command`], for `std::process`.
+    pub fn std_command(&self, program: &Path) -> std::process::Command {
+        let mut command = std::process::Command::new("/bin/sh");
+        command.args(self.shell_args(program));
         command
     }
 

@@ -75,7 +75,7 @@ pub async fn client(
     let mut step = 0usize;
     while !stop.is_cancelled() {
         step += 1;
-        let create = pool.len() < POOL || step % 8 == 0;
+        let create = pool.len() < POOL || step.is_multiple_of(8);
         let start = Instant::now();
         let (op, result) = if create {
             let name = format!("{prefix}-{id}-{made}");
@@ -100,12 +100,12 @@ pub async fn client(
             op,
             error: result.err().map(|e| message(&e)),
         });
-        if pool.len() > POOL {
-            if let Some(oldest) = pool.pop_front() {
-                // Not an admission (no webhook intercepts DELETE of a NodeWright); the operator's
-                // finalizer lets it go.
-                let _ = api.delete(&oldest, &DeleteParams::default()).await;
-            }
+        if pool.len() > POOL
+            && let Some(oldest) = pool.pop_front()
+        {
+            // Not an admission (no webhook intercepts DELETE of a NodeWright); the operator's
+            // finalizer lets it go.
+            let _ = api.delete(&oldest, &DeleteParams::default()).await;
         }
     }
     samples

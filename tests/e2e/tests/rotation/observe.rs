@@ -20,7 +20,7 @@ use crate::chart_support::services::bundles;
 pub enum Change {
     /// The current CA (`ca.crt` of the CA Secret) is now the CA numbered so (first seen = 0).
     Ca(usize),
-    /// The serving certificate (`tls.crt`) is now the one numbered so, signed by CA `issuer`.
+    /// The serving certificate (`tls.crt`) is now the one numbered so (first seen = 0).
     Serving { serial: usize },
     /// Every published caBundle now holds these CAs (by number; `None` for a CA never stored).
     Published(Vec<Option<usize>>),
@@ -182,6 +182,16 @@ pub async fn watch(sources: Sources, timeline: Arc<Mutex<Timeline>>, stop: Cance
     }
 }
 
+/// The first certificate (DER) under `key` of a Secret that could be read.
+fn first_der(secret: &Result<Option<Secret>, kube::Error>, key: &str) -> Option<Vec<u8>> {
+    let Ok(Some(secret)) = secret else {
+        return None;
+    };
+    material::bundle_ders(&secret_text(secret, key))
+        .into_iter()
+        .next()
+}
+
 /// Records one look; false once the timeline is unusable (a panic elsewhere poisoned it).
 fn record(
     timeline: &Mutex<Timeline>,
@@ -193,42 +203,36 @@ fn record(
     let Ok(mut t) = timeline.lock() else {
         return false;
     };
+    if let Some(der) = first_der(&ca, "ca.crt") {
+        let n = Timeline::number(&mut t.cas, &der);
+        t.record(Change::Ca(n));
+    }
+    if let Some(der) = first_der(&tls, "tls.crt") {
+        let serial = Timeline::number(&mut t.servings, &der);
+        t.record(Change::Serving { serial });
+    }
+    // The bundle every configuration entry agrees on; entries that differ are mid-update.
+    let sets: Vec<Vec<Option<usize>>> = published
+        .iter()
+        .map(|pem| {
+            let mut cas: Vec<Option<usize>> = material::bundle_ders(pem)
+                .iter()
+                .map(|der| t.cas.iter().position(|d| d == der))
+                .collect();
+            cas.sort();
+            cas
+        })
+        .collect();
+    if let Some(first) = sets.first()
+        && !first.is_empty()
+        && sets.iter().all(|s| s == first)
     {
-        if let Ok(Some(ca)) = ca {
-            if let Some(der) = material::bundle_ders(&secret_text(&ca, "ca.crt")).first() {
-                let n = Timeline::number(&mut t.cas, der);
-                t.record(Change::Ca(n));
-            }
-        }
-        if let Ok(Some(tls)) = tls {
-            if let Some(der) = material::bundle_ders(&secret_text(&tls, "tls.crt")).first() {
-                let serial = Timeline::number(&mut t.servings, der);
-                t.record(Change::Serving { serial });
-            }
-        }
-        // The bundle every configuration entry agrees on; entries that differ are mid-update.
-        let sets: Vec<Vec<Option<usize>>> = published
-            .iter()
-            .map(|pem| {
-                let mut cas: Vec<Option<usize>> = material::bundle_ders(pem)
-                    .iter()
-                    .map(|der| t.cas.iter().position(|d| d == der))
-                    .collect();
-                cas.sort();
-                cas
-            })
-            .collect();
-        if let Some(first) = sets.first()
-            && !first.is_empty()
-            && sets.iter().all(|s| s == first)
-        {
-            t.record(Change::Published(first.clone()));
-        }
-        for (replica, leaf) in served {
-            if let Some(leaf) = leaf {
-                let serial = t.servings.iter().position(|d| *d == leaf);
-                t.record(Change::Served { replica, serial });
-            }
+        t.record(Change::Published(first.clone()));
+    }
+    for (replica, leaf) in served {
+        if let Some(leaf) = leaf {
+            let serial = t.servings.iter().position(|d| *d == leaf);
+            t.record(Change::Served { replica, serial });
         }
     }
     true
