@@ -65,6 +65,19 @@ fn kubelet_publish(dir: &Path, generation: usize, cert: &str, key: &str) {
     }
 }
 
+/// The webhook's state over `certs`, with a static view of the cluster.
+fn app_state(certs: &Arc<CertStore>) -> Arc<AppState> {
+    Arc::new(AppState {
+        defaults: OperatorDefaults::default(),
+        cluster: Arc::new(StaticView {
+            policies: vec!["gpu-rollout".into()],
+            users: vec![],
+        }),
+        metrics: Metrics::new(),
+        ready: Readiness::new(certs.clone()),
+    })
+}
+
 fn validate_body() -> Vec<u8> {
     let path = format!(
         "{}/tests/fixtures/validate-create-nodewright.json",
@@ -94,16 +107,7 @@ async fn certificate_rotates_under_load_without_a_failed_request() {
         Duration::from_millis(20),
         stop_rx.clone(),
     ));
-    let ready = Readiness::new(certs.clone());
-    let state = Arc::new(AppState {
-        defaults: OperatorDefaults::default(),
-        cluster: Arc::new(StaticView {
-            policies: vec!["gpu-rollout".into()],
-            users: vec![],
-        }),
-        metrics: Metrics::new(),
-        ready,
-    });
+    let state = app_state(&certs);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(serve_tls(
@@ -320,15 +324,7 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
     )
     .await
     .expect("certificate");
-    let state = Arc::new(AppState {
-        defaults: OperatorDefaults::default(),
-        cluster: Arc::new(StaticView {
-            policies: vec!["gpu-rollout".into()],
-            users: vec![],
-        }),
-        metrics: Metrics::new(),
-        ready: Readiness::new(certs.clone()),
-    });
+    let state = app_state(&certs);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop_tx, stop_rx) = watch::channel(false);
