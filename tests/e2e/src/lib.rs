@@ -18,6 +18,8 @@
 //! ([`ENV_EXTERNAL_KUBECONFIG`]); pod fates are then available only if that cluster runs kwok
 //! with `tests/controlplane/stages/` ([`ENV_EXTERNAL_KWOK`]).
 
+pub mod binaries;
+pub mod chart;
 pub mod limits;
 
 use std::collections::BTreeMap;

@@ -117,37 +117,22 @@ impl Limits {
     }
 }
 
-/// The resource limits of the first container of Deployment `<release>-nodewright-<component>`
-/// (`operator` or `webhook`) in the chart as `helm template` renders it with its default values:
-/// what a `helm install` gives the pod.
+/// The resource limits of the first container of Deployment `nw-nodewright-<component>`
+/// (`operator` or `webhook`) in the chart as rendered with its default values: what a
+/// `helm install` gives the pod.
 pub async fn chart_defaults(
     cluster: &crate::Cluster,
     component: &str,
 ) -> Result<Limits, LimitsError> {
-    let chart = crate::repo_dir().join("chart");
-    let rendered = cluster
-        .helm(&[
-            "template",
-            "nw",
-            &chart.to_string_lossy(),
-            "-n",
-            "nodewright",
-        ])
-        .await
-        .map_err(|e| LimitsError::Chart(e.to_string()))?;
     let name = format!("nw-nodewright-{component}");
-    for doc in yaml_serde::Deserializer::from_str(&rendered) {
-        let value: serde_json::Value = match serde::Deserialize::deserialize(doc) {
-            Ok(v) => v,
-            Err(e) => return Err(LimitsError::Chart(format!("rendered YAML: {e}"))),
-        };
-        if value["kind"] == "Deployment" && value["metadata"]["name"] == name.as_str() {
-            return Limits::from_resources(
-                &value["spec"]["template"]["spec"]["containers"][0]["resources"],
-            );
-        }
-    }
-    Err(LimitsError::Chart(format!("no Deployment {name} rendered")))
+    let objects = crate::chart::render(cluster, &[])
+        .await
+        .map_err(LimitsError::Chart)?;
+    let deployment = objects
+        .iter()
+        .find(|v| v["kind"] == "Deployment" && v["metadata"]["name"] == name.as_str())
+        .ok_or_else(|| LimitsError::Chart(format!("no Deployment {name} rendered")))?;
+    Limits::from_resources(&deployment["spec"]["template"]["spec"]["containers"][0]["resources"])
 }
 
 /// `<digits><suffix>` times the suffix's factor (`bare` without a suffix).

@@ -11,11 +11,12 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::Api;
 use nodewright_e2e::Cluster;
+use nodewright_e2e::binaries::workspace_binary;
 use nodewright_e2e::limits::Cgroup;
 use nodewright_operator::webhook_certs;
 use serde_json::Value;
 
-use super::{container, env, find, repo_dir};
+use super::{container, env, find};
 
 /// A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after).
 pub fn free_port() -> u16 {
@@ -53,44 +54,14 @@ pub async fn token_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, dir: &Path)
     path
 }
 
-/// Builds the webhook binary into this test's target directory, once per test process (a no-op
-/// when it is current).
+/// The webhook binary of this workspace (built when needed).
 pub fn webhook_binary() -> PathBuf {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| built_binary("NODEWRIGHT_WEBHOOK_BIN", "nodewright-webhook"))
-        .clone()
+    workspace_binary("NODEWRIGHT_WEBHOOK_BIN", "nodewright-webhook")
 }
 
-/// Builds the operator binary into this test's target directory, once per test process (a no-op
-/// when it is current).
+/// The operator binary of this workspace (built when needed).
 pub fn operator_binary() -> PathBuf {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| built_binary("NODEWRIGHT_OPERATOR_BIN", "nodewright-operator"))
-        .clone()
-}
-
-/// `$override_var`, else `cargo build -p <name> --bin <name>` into this test's target directory.
-fn built_binary(override_var: &str, name: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(override_var) {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    // <target>/debug/deps/<test> -> <target>/debug
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target profile dir")
-        .to_path_buf();
-    let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = std::process::Command::new(cargo)
-        .args(["build", "-p", name, "--bin", name])
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .current_dir(repo_dir())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building {name} failed");
-    profile_dir.join(name)
+    workspace_binary("NODEWRIGHT_OPERATOR_BIN", "nodewright-operator")
 }
 
 /// Spawns `command` with its stdout and stderr appended to `log` (killed when dropped).
