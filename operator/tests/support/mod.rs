@@ -36,6 +36,18 @@ pub async fn cluster() -> &'static Cluster {
         .expect("local control plane")
 }
 
+/// A client for an in-process operator, built as the binary builds its own
+/// ([`nodewright_operator::runtime::client::build`]): what a test of the operator's API calls (a
+/// refused eviction, a 429) must run with, rather than the fixture's client.
+pub async fn operator_client() -> kube::Client {
+    let config = cluster().await.config().await.expect("kube config");
+    nodewright_operator::runtime::client::build(
+        config,
+        &nodewright_operator::metrics::api::ApiMetrics::default(),
+    )
+    .expect("operator client")
+}
+
 /// An in-process operator, stopped when dropped.
 pub struct Operator {
     shutdown: CancellationToken,
