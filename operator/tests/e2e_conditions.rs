@@ -27,24 +27,22 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::PodFate;
 use nodewright_operator::JobHook;
 use nodewright_shared::api::{
-    DeploymentPolicy, Interrupt, InterruptType, NodeWright, NodeWrightSpec, Package, Status,
-    Uninstall,
+    DeploymentPolicy, InterruptType, NodeWright, NodeWrightSpec, Package, Status, Uninstall,
 };
 use nodewright_shared::keys;
 use serde_json::json;
 
 mod support;
 use support::{
-    BOUND, Operator, cluster, condition, condition_is, create_fake_node,
-    create_labelled_nodewright, delete_node, fate_for, job_package, on_nodes, operator_client,
-    operator_env, package, patch_node, patch_nodewright, spawn_operator, status_is, wait_event,
-    wait_nodewright, wait_nodewright_gone, wait_status,
+    BOUND, Operator, cluster, condition, condition_is, create_blocking_pdb, create_fake_node,
+    create_labelled_nodewright, create_workload_pod, delete_node, fate_for, interrupt, job_package,
+    on_nodes, operator_client, operator_env, package, patch_node, patch_nodewright, spawn_operator,
+    status_is, wait_event, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -754,53 +752,14 @@ async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
     let node = format!("{ns}-node");
     create_fake_node(&client, &node, &[], json!([])).await;
     // A workload on the node that a PodDisruptionBudget allows no disruption.
+    create_workload_pod(&client, &ns, "db-0", "db", &node).await;
+    let pdbs = create_blocking_pdb(cluster, &client, &ns, "db").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "db-0", "labels": {"app": "db"}},
-        "spec": {"nodeName": node, "containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}
-    }))
-    .expect("pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("workload created");
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "db"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}
-    }))
-    .expect("pdb");
-    pdbs.create(&PostParams::default(), &pdb)
-        .await
-        .expect("PDB created");
-    // The disruption controller counted the healthy pod: the Eviction API refuses for the budget.
-    cluster
-        .wait_for("PDB allowing no disruption", BOUND, || {
-            let pdbs = pdbs.clone();
-            async move {
-                let p = pdbs
-                    .get("db")
-                    .await
-                    .map_err(|e| cluster.kube_error("pdb".into(), e))?;
-                Ok(p.status
-                    .as_ref()
-                    .is_some_and(|s| {
-                        s.current_healthy == 1
-                            && s.disruptions_allowed == 0
-                            && s.observed_generation == p.metadata.generation
-                    })
-                    .then_some(()))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
 
     // The operator's client as the binary builds it: how it takes a 429 is what is under test.
     let _operator = start_operator(operator_client().await, &ns, None);
     let mut tuned = package("1.0.0", &[]);
-    tuned.interrupt = Some(Interrupt {
-        kind: InterruptType::Service,
-        services: vec!["tuned".to_owned()],
-    });
+    tuned.interrupt = interrupt(InterruptType::Service, &["tuned"]);
     create_labelled_nodewright(
         &client,
         SUITE_LABEL,
