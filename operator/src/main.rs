@@ -8,6 +8,7 @@ use std::sync::Arc;
 use nodewright_operator::RunOptions;
 use nodewright_operator::metrics::Metrics;
 use nodewright_operator::runtime::admin::{self, Readiness};
+use nodewright_operator::runtime::client;
 use nodewright_operator::runtime::config::OperatorConfig;
 use nodewright_operator::runtime::telemetry;
 use tokio_util::sync::CancellationToken;
@@ -54,9 +55,9 @@ async fn serve(
     let client = match kube::Config::infer()
         .await
         .map_err(|e| e.to_string())
-        .and_then(|config| kube::client::ClientBuilder::try_from(config).map_err(|e| e.to_string()))
+        .and_then(|config| client::build(config, &metrics.api()).map_err(|e| e.to_string()))
     {
-        Ok(builder) => builder.with_layer(&metrics.api().layer()).build(),
+        Ok(client) => client,
         Err(e) => {
             error!(error = %e, "cannot build a Kubernetes client (in-cluster or KUBECONFIG)");
             return ExitCode::from(1);

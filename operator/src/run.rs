@@ -40,6 +40,10 @@ pub enum RunError {
 /// Runs the operator until `shutdown` is cancelled: reconcilers stop first (no write after their
 /// term ends), then the Lease is released so a standby takes over at once. The NodeWright gauges go
 /// to handles nobody scrapes; see [`run_instrumented`].
+///
+/// `client` is the operator's, as [`crate::runtime::client::build`] makes it: with kube's default
+/// retry instead, an eviction a PodDisruptionBudget refuses holds its pass (and that NodeWright's
+/// status) for minutes.
 pub async fn run(
     config: OperatorConfig,
     client: kube::Client,

@@ -16,6 +16,9 @@
 //!     changes also wake every NodeWright, so the test cannot fail then, only pass.)
 //! (ready) the Ready condition of an erroring rollout names the erroring node, and `kubectl wait
 //!     --for=condition=Ready` fails on it; on a rollout that completes, it returns.
+//! (drain) while a PodDisruptionBudget refuses the eviction of a node's pod, the NodeWright and the
+//!     node say `in_progress` (Ready False, Progressing) within [`DRAIN_SHOWN`], the node is
+//!     cordoned, the pod stays and no Job runs; once the budget is gone the rollout completes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -29,17 +32,17 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::PodFate;
 use nodewright_operator::JobHook;
 use nodewright_shared::api::{
-    DeploymentPolicy, NodeWright, NodeWrightSpec, Package, Status, Uninstall,
+    DeploymentPolicy, InterruptType, NodeWright, NodeWrightSpec, Package, Status, Uninstall,
 };
 use nodewright_shared::keys;
 use serde_json::json;
 
 mod support;
 use support::{
-    BOUND, Operator, cluster, condition, condition_is, create_fake_node,
-    create_labelled_nodewright, delete_node, fate_for, job_package, on_nodes, operator_env,
-    package, patch_node, patch_nodewright, spawn_operator, status_is, wait_nodewright,
-    wait_nodewright_gone, wait_status,
+    BOUND, Operator, cluster, condition, condition_is, create_blocking_pdb, create_fake_node,
+    create_labelled_nodewright, create_workload_pod, delete_node, fate_for, interrupt, job_package,
+    on_nodes, operator_client, operator_env, package, patch_node, patch_nodewright, spawn_operator,
+    status_is, wait_event, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -49,6 +52,13 @@ const SUITE_LABEL: &str = "nodewright.test/conditions";
 /// and the 1 h DEFAULT_INTERVAL of a complete one (see [`start_slow_resync_operator`]), so a pass
 /// triggered by the policy watch is the only one that can meet it (generous for that).
 const SOON: Duration = Duration::from_secs(20);
+
+/// Bound on the status of a drain that a PodDisruptionBudget holds: the pass whose eviction is
+/// refused writes it, seconds after the NodeWright is created. A client that retries the refusal
+/// (kube's default retry: 15 attempts, backoff doubling from 5 ms, at least 164 s in all) holds that
+/// pass, and so the status, for minutes: far beyond this bound, which only a pass taking the 429
+/// as its answer meets.
+const DRAIN_SHOWN: Duration = Duration::from_secs(60);
 
 fn start_operator(client: kube::Client, namespace: &str, hook: Option<JobHook>) -> Operator {
     let env = operator_env(namespace, format!("operator-{namespace}"), 1);
@@ -724,6 +734,112 @@ async fn kubectl_wait_for_ready_returns_once_the_rollout_completes() {
     );
 
     Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &ns).await;
+    delete_node(&client, &node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("pdb-drain")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-node");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    // A workload on the node that a PodDisruptionBudget allows no disruption.
+    create_workload_pod(&client, &ns, "db-0", "db", &node).await;
+    let pdbs = create_blocking_pdb(cluster, &client, &ns, "db").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    // The operator's client as the binary builds it: how it takes a 429 is what is under test.
+    let _operator = start_operator(operator_client().await, &ns, None);
+    let mut tuned = package("1.0.0", &[]);
+    tuned.interrupt = interrupt(InterruptType::Service, &["tuned"]);
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("tuned".to_owned(), tuned)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nodewrights = Api::<NodeWright>::all(client.clone());
+    let nw = cluster
+        .wait_for(
+            &format!(
+                "NodeWright {ns} in_progress, its node in_progress, while the PDB holds the drain"
+            ),
+            DRAIN_SHOWN,
+            || {
+                let nodewrights = nodewrights.clone();
+                let (ns, node) = (ns.clone(), node.clone());
+                async move {
+                    let nw = nodewrights
+                        .get(&ns)
+                        .await
+                        .map_err(|e| cluster.kube_error(format!("get {ns}"), e))?;
+                    let shown = status_is(&nw, Status::InProgress)
+                        && nw.status.as_ref().and_then(|s| s.node_status.get(&node))
+                            == Some(&Status::InProgress);
+                    Ok(shown.then_some(nw))
+                }
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ready = condition(&nw, "Ready").expect("Ready condition");
+    assert_eq!(
+        (
+            ready.status.as_str(),
+            ready.reason.as_str(),
+            ready.message.as_str()
+        ),
+        ("False", "Progressing", "0/1 nodes complete, 1 in_progress")
+    );
+    let draining = wait_event(cluster, &client, &node, "Interrupt", "Node").await;
+    assert_eq!(
+        draining.message.as_deref(),
+        Some(format!("draining node [{node}] for [nodewright:{ns}]").as_str())
+    );
+    // Held, not done: the node is cordoned, the pod stays, nothing runs before the node is drained.
+    let n = Api::<Node>::all(client.clone())
+        .get(&node)
+        .await
+        .expect("node");
+    assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+    let db = pods.get("db-0").await.expect("db-0 still there");
+    assert!(
+        db.metadata.deletion_timestamp.is_none(),
+        "the budget refuses the eviction"
+    );
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .expect("jobs")
+            .items
+            .is_empty(),
+        "no Job before the node is drained"
+    );
+
+    // The budget gone, a later pass's eviction goes through and the rollout completes.
+    pdbs.delete("db", &DeleteParams::default())
+        .await
+        .expect("PDB deleted");
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert!(
+        pods.get_opt("db-0").await.expect("get").is_none(),
+        "db-0 evicted"
+    );
+    nodewrights
         .delete(&ns, &DeleteParams::default())
         .await
         .expect("NodeWright deleted");

@@ -21,10 +21,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use nodewright_e2e::PodFate;
 
 mod support;
@@ -36,8 +35,9 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_labelled_nodewright, on_nodes, operator_env, package,
-    patch_nodewright, spawn_operator, state_of, status_is, wait_nodewright, wait_nodewright_gone,
+    BOUND, Operator, cluster, create_blocking_pdb, create_labelled_nodewright, create_workload_pod,
+    interrupt, on_nodes, operator_client, operator_env, package, patch_nodewright, spawn_operator,
+    state_of, status_is, wait_nodewright, wait_nodewright_gone,
 };
 
 /// Label that scopes each test's operator to its own NodeWright (distinct from e2e_rollout's).
@@ -53,13 +53,6 @@ fn start_operator(
     let mut env = operator_env(namespace, format!("operator-{suite}"), 3);
     env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
     spawn_operator(client, &env, format!("{SUITE_LABEL}={suite}"), hook, None)
-}
-
-fn interrupt(kind: InterruptType, services: &[&str]) -> Option<Interrupt> {
-    Some(Interrupt {
-        kind,
-        services: services.iter().map(|s| (*s).to_owned()).collect(),
-    })
 }
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {
@@ -440,45 +433,15 @@ async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
     let node = cluster.node_names()[2].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     for (name, app) in [("training", "training"), ("web", "web")] {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"app": app}},
-            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
-        }))
-        .expect("pod");
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .expect("workload created");
+        create_workload_pod(&client, &ns, name, app, &node).await;
     }
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
-    }))
-    .expect("pdb");
-    pdbs.create(&PostParams::default(), &pdb)
-        .await
-        .expect("PDB created");
     // The disruption controller must have counted the healthy pod before evictions are decided.
-    cluster
-        .wait_for("PDB observed", BOUND, || {
-            let pdbs = pdbs.clone();
-            async move {
-                let p = pdbs
-                    .get("web")
-                    .await
-                    .map_err(|e| cluster.kube_error("pdb".into(), e))?;
-                Ok(p.status
-                    .as_ref()
-                    .is_some_and(|s| s.current_healthy == 1 && s.observed_generation.is_some())
-                    .then_some(()))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let pdbs = create_blocking_pdb(cluster, &client, &ns, "web").await;
 
     let created: Created = Arc::default();
+    // The binary's client: how it takes the PDB's 429 is part of what is tested.
     let _operator = start_operator(
-        client.clone(),
+        operator_client().await,
         &ns,
         &ns,
         Some(logging_hook(&created, None)),

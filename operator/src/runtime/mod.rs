@@ -2,6 +2,7 @@
 //! (health, readiness, metrics), telemetry, and the caches every replica keeps warm.
 
 pub mod admin;
+pub mod client;
 pub mod config;
 pub(crate) mod job_feed;
 pub mod leader;

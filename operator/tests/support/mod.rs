@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Node};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::ResourceExt;
@@ -19,7 +20,7 @@ use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
 use nodewright_operator::metrics::state::StateMetrics;
 use nodewright_operator::runtime::config::OperatorConfig;
 use nodewright_operator::{JobHook, RunOptions};
-use nodewright_shared::api::{NodeWright, NodeWrightSpec, Status};
+use nodewright_shared::api::{Interrupt, InterruptType, NodeWright, NodeWrightSpec, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::NodeState;
 use tokio::task::JoinHandle;
@@ -34,6 +35,18 @@ pub async fn cluster() -> &'static Cluster {
     Cluster::shared(ClusterOptions::default())
         .await
         .expect("local control plane")
+}
+
+/// A client for an in-process operator, built as the binary builds its own
+/// ([`nodewright_operator::runtime::client::build`]): what a test of the operator's API calls (a
+/// refused eviction, a 429) must run with, rather than the fixture's client.
+pub async fn operator_client() -> kube::Client {
+    let config = cluster().await.config().await.expect("kube config");
+    nodewright_operator::runtime::client::build(
+        config,
+        &nodewright_operator::metrics::api::ApiMetrics::default(),
+    )
+    .expect("operator client")
 }
 
 /// An in-process operator, stopped when dropped.
@@ -281,6 +294,75 @@ pub async fn wait_node_ready(client: &kube::Client, name: &str) {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Creates the pod `name`, labelled `app=<app>`, in `namespace` on `node` (a workload the drain
+/// of that node must evict; kwok keeps it running).
+pub async fn create_workload_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    app: &str,
+    node: &str,
+) {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("pod");
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("workload created");
+}
+
+/// Creates the PodDisruptionBudget `app` in `namespace`, `minAvailable: 1` over the `app=<app>`
+/// pods (one, running), and waits until the disruption controller has counted that pod and allows
+/// no disruption: from then on the Eviction API refuses its eviction for the budget (429).
+pub async fn create_blocking_pdb(
+    cluster: &Cluster,
+    client: &kube::Client,
+    namespace: &str,
+    app: &str,
+) -> Api<PodDisruptionBudget> {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
+    let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": app},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}}
+    }))
+    .expect("pdb");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("PDB created");
+    cluster
+        .wait_for(&format!("PDB {app} allowing no disruption"), BOUND, || {
+            let pdbs = pdbs.clone();
+            async move {
+                let p = pdbs
+                    .get(app)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get pdb {app}"), e))?;
+                Ok(p.status
+                    .as_ref()
+                    .is_some_and(|s| {
+                        s.current_healthy == 1
+                            && s.disruptions_allowed == 0
+                            && s.observed_generation == p.metadata.generation
+                    })
+                    .then_some(()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    pdbs
+}
+
+/// An interrupt of `kind` (restarting `services`, for the `service` kind).
+pub fn interrupt(kind: InterruptType, services: &[&str]) -> Option<Interrupt> {
+    Some(Interrupt {
+        kind,
+        services: services.iter().map(|s| (*s).to_owned()).collect(),
+    })
 }
 
 /// Waits until the NodeWright `name` is gone (its finalizer let it go).

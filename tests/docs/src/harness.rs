@@ -280,10 +280,9 @@ impl Env {
         .map_err(setup("operator configuration"))?;
         let metrics = nodewright_operator::metrics::Metrics::new();
         let kube_config = cluster.config().await.map_err(setup("kube config"))?;
-        let op_client = kube::client::ClientBuilder::try_from(kube_config)
-            .map_err(setup("operator client"))?
-            .with_layer(&metrics.api().layer())
-            .build();
+        // As the binary builds it.
+        let op_client = nodewright_operator::runtime::client::build(kube_config, &metrics.api())
+            .map_err(setup("operator client"))?;
         let leader = metrics.leader();
         let state_metrics = metrics.state();
         let metrics = Arc::new(metrics);
