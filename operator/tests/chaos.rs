@@ -13,10 +13,18 @@
 //! - no recorded outcome is lost (a node's records only move forward; there is no documented clear
 //!   in this rollout: no spec change, no reset, REAPPLY_ON_REBOOT off).
 //!
+//! Every process runs as a `helm install` would run it: the operator replicas and the webhook in
+//! cgroups with the chart's default resource limits (an OOM kill is a violation), the webhook in
+//! the admission path through the chart's webhook configurations (`failurePolicy: Fail`,
+//! `chaos/admission.rs`), so every object the trials create and every update the replicas make to
+//! a NodeWright passes through it while the faults hit the control plane.
+//!
 //! One cluster serves every trial (a new NodeWright, policy and operator namespace each); trial 0
 //! runs without faults, for the rollout time without them. `chaos_ci` (5 trials, 30 nodes) runs in
 //! `cargo test`; `tests/chaos/run.sh [TRIALS] [NODES]` runs `chaos_long` with a table at the end.
 
+#[path = "chaos/admission.rs"]
+mod admission;
 #[path = "chaos/faults.rs"]
 mod faults;
 #[path = "chaos/invariants.rs"]
@@ -26,6 +34,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use admission::Admission;
 use faults::{ControlPlane, Fault, Replica, Rng, spawn_replica};
 use invariants::Record;
 use k8s_openapi::api::core::v1::Node;
@@ -59,6 +68,8 @@ struct Trial {
 struct Summary {
     trials: Vec<Trial>,
     apiserver_peak_rss_kib: u64,
+    /// The webhook: peak RSS (KiB), its cgroup's limits and figures, restarts after exiting.
+    webhook: (u64, Option<(Limits, nodewright_e2e::limits::Usage)>, usize),
     /// Control-plane components the supervisor started again after they exited.
     restarted: BTreeMap<&'static str, usize>,
 }
@@ -97,10 +108,49 @@ where
         + std::fmt::Debug,
 {
     let object: K = serde_json::from_value(value).expect("object");
-    Api::<K>::all(client.clone())
-        .create(&PostParams::default(), &object)
-        .await
-        .expect("created");
+    let api = Api::<K>::all(client.clone());
+    // Through the webhook; the previous trial's last fault may still be settling.
+    let mut last = None;
+    for _ in 0..60 {
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => return,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("creating {object:?}: {last:?}");
+}
+
+/// Waits until a NodeWright passes admission (a server-side dry run through both webhooks).
+async fn admission_ready(cluster: &Cluster, webhook: &Mutex<Admission>) {
+    let client = cluster.client().await.expect("client");
+    let probe: NodeWright = serde_json::from_value(json!({
+        "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "NodeWright",
+        "metadata": {"name": "chaos-admission-probe"},
+        "spec": {"packages": packages()},
+    }))
+    .expect("probe");
+    let api = Api::<NodeWright>::all(client);
+    let mut last = None;
+    for _ in 0..120 {
+        match api
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &probe,
+            )
+            .await
+        {
+            Ok(_) => return,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log = webhook.lock().map(|w| w.log()).unwrap_or_default();
+    panic!("admission through the webhook never worked: {last:?}\nwebhook log:\n{log}");
 }
 
 fn complete(nw: &NodeWright) -> bool {
@@ -371,9 +421,17 @@ async fn run(trials: usize, nodes: usize, seed: u64) -> Summary {
         }
     };
     let plane = Arc::new(ControlPlane::new(cluster.name()));
+    let webhook_dir = cluster
+        .logs_dir()
+        .map(|d| d.join("webhook"))
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("chaos-webhook-{}", std::process::id()))
+        });
+    let webhook = Arc::new(Mutex::new(Admission::start(&cluster, &webhook_dir).await));
+    admission_ready(&cluster, &webhook).await;
     let restarted: Arc<Mutex<BTreeMap<&'static str, usize>>> = Arc::default();
     let supervisor = {
-        let (plane, restarted) = (plane.clone(), restarted.clone());
+        let (plane, restarted, webhook) = (plane.clone(), restarted.clone(), webhook.clone());
         tokio::spawn(async move {
             loop {
                 for component in plane.supervise() {
@@ -381,6 +439,9 @@ async fn run(trials: usize, nodes: usize, seed: u64) -> Summary {
                     if let Ok(mut r) = restarted.lock() {
                         *r.entry(component).or_default() += 1;
                     }
+                }
+                if let Ok(mut w) = webhook.lock() {
+                    w.supervise();
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -391,11 +452,17 @@ async fn run(trials: usize, nodes: usize, seed: u64) -> Summary {
         out.push(trial(&cluster, &plane, index, seed, nodes, limits).await);
     }
     supervisor.abort();
+    let webhook = {
+        let mut w = webhook.lock().expect("webhook");
+        let (peak, confined) = w.usage();
+        (peak, confined, w.restarts)
+    };
     let apiserver_peak_rss_kib = plane.peak_rss_kib("kube-apiserver");
     let restarted = restarted.lock().map(|r| r.clone()).unwrap_or_default();
     Summary {
         trials: out,
         apiserver_peak_rss_kib,
+        webhook,
         restarted,
     }
 }
@@ -451,8 +518,28 @@ fn table(summary: &Summary, nodes: usize) -> String {
         ),
         None => "operator replicas not confined (no writable cgroups here)".to_owned(),
     };
+    let (webhook_rss, webhook_confined, webhook_restarts) = &summary.webhook;
+    let webhook = match webhook_confined {
+        Some((l, u)) => format!(
+            "webhook (admission path, failurePolicy Fail) under the chart's default limits ({}): peak RSS {:.1} MiB, cgroup peak {:.1} MiB{}, OOM kills {}, restarts {webhook_restarts}",
+            l.describe(),
+            *webhook_rss as f64 / 1024.0,
+            u.peak_bytes as f64 / (1 << 20) as f64,
+            l.memory_bytes
+                .map(|m| format!(
+                    " ({:.0}% of the limit)",
+                    100.0 * u.peak_bytes as f64 / m as f64
+                ))
+                .unwrap_or_default(),
+            u.oom_kills
+        ),
+        None => format!(
+            "webhook (admission path) not confined: peak RSS {:.1} MiB, restarts {webhook_restarts}",
+            *webhook_rss as f64 / 1024.0
+        ),
+    };
     format!(
-        "{header}\n{row}\noperator peak RSS {} MiB, kube-apiserver peak RSS {} MiB; components restarted after exiting: {:?}\n{limit}\n",
+        "{header}\n{row}\noperator peak RSS {} MiB, kube-apiserver peak RSS {} MiB; components restarted after exiting: {:?}\n{limit}\n{webhook}\n",
         rss / 1024,
         summary.apiserver_peak_rss_kib / 1024,
         summary.restarted
@@ -495,6 +582,13 @@ async fn run_and_report(trials: usize, nodes: usize) {
     );
     if faults::confinement().oom_kills > 0 {
         violations.push(&oom);
+    }
+    let webhook_oom = format!(
+        "the webhook was OOM-killed {} time(s) at the chart's memory limit",
+        summary.webhook.1.map(|(_, u)| u.oom_kills).unwrap_or(0)
+    );
+    if summary.webhook.1.is_some_and(|(_, u)| u.oom_kills > 0) {
+        violations.push(&webhook_oom);
     }
     assert!(
         violations.is_empty(),
