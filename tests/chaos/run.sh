@@ -3,10 +3,12 @@
 # 200) on one local control plane, with the real operator binary, faults at seeded random points
 # (SIGKILL of the leader with two replicas, SIGKILL and restart of the only replica, kube-apiserver
 # restart, etcd paused, package pods and Jobs deleted) and the invariants checked after every trial
-# from the test's own watches. Prints a table: trials, faults injected by kind, invariant
-# violations (must be 0), rollout time with faults vs without, peak RSS of the operator and the
-# apiserver. The suite is operator/tests/chaos.rs; its CI variant (5 trials, 30 nodes) runs in
-# `cargo test`.
+# from the test's own watches. The operator replicas and the webhook (in the admission path,
+# failurePolicy Fail) run under the chart's default resource limits (cgroups, as root); an OOM kill
+# is a violation. Prints a table: trials, faults injected by kind, invariant violations (must be
+# 0), rollout time with faults vs without, peak RSS of the operator and the apiserver, and each
+# service's peak memory against its limit. The suite is operator/tests/chaos.rs; its CI variant
+# (5 trials, 30 nodes) runs in `cargo test`.
 #
 #   tests/chaos/run.sh [TRIALS] [NODES]
 #   NODEWRIGHT_CHAOS_SEED=N      replay a run (the seed is printed at the start)
@@ -22,6 +24,6 @@ status=${PIPESTATUS[0]}
 set -e
 echo
 grep -E '^chaos:' "$log" | head -1 || true
-awk '/^ *trials +nodes/{p=1} p&&/peak RSS/{print; p=0; next} p' "$log" | head -3
+awk '/^ *trials +nodes/{p=1} p&&/^webhook/{print; p=0; next} p' "$log" | head -5
 rm -f "$log"
 exit "$status"
