@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -285,6 +285,10 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             .default_backoff()
             .modify(crate::runtime::nodewrights::trim),
     )
+    .inspect_ok({
+        let ctx = ctx.clone();
+        move |event| crate::runtime::nodewrights::forget_deleted(&ctx, event)
+    })
     .applied_objects()
     .predicate_filter(
         crate::runtime::nodewrights::trigger_relevant,

@@ -190,7 +190,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     if deleting {
         let states: Vec<Option<NodeState>> = nodes.iter().map(|n| parse_state(n, &name)).collect();
         if !uninstall::pending(&nw, states.iter().map(Option::as_ref)) {
-            ctx.metrics.forget(&name);
+            ctx.forget_nodewright(&name);
             return Ok(Prepared::Again(finalizer::cleanup(ctx, nodewright).await?));
         }
         info!(nodewright = %name, "deletion waits for the uninstall of its enabled packages");
