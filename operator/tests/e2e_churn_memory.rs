@@ -15,7 +15,8 @@
 //! - `churn_memory_profile` (ignored) is the measuring harness: `NODEWRIGHT_CHURN_TOTAL`
 //!   NodeWrights (default 2000) by `NODEWRIGHT_CHURN_CLIENTS` clients (default 64);
 //!   `NODEWRIGHT_CHURN_HEAPTRACK=FILE` runs the operator under heaptrack, writing FILE.zst (and
-//!   FILE.quiet.zst, a copy taken when the churn is over: its "leaked" figures are what is live).
+//!   FILE.quiet.zst, a copy taken when the churn is over: its "leaked" figures are what is live);
+//!   `NODEWRIGHT_CHURN_UNCONFINED=1` runs it without the chart's limits.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -263,14 +264,22 @@ struct Measured {
     series_left: Vec<String>,
 }
 
+/// How a churn runs the operator.
+#[derive(Debug, Default)]
+struct Run {
+    /// Without the chart's limits (to compare with a run where they would kill it).
+    unconfined: bool,
+    /// Under heaptrack, writing this file.
+    heaptrack: Option<PathBuf>,
+}
+
 /// Runs the operator binary with the chart's limits and churns `total` NodeWrights through it with
 /// `clients` clients, sampling at `checkpoints` (NodeWrights created so far).
-async fn churn(
-    total: usize,
-    clients: usize,
-    checkpoints: &[usize],
-    heaptrack: Option<PathBuf>,
-) -> Measured {
+async fn churn(total: usize, clients: usize, checkpoints: &[usize], run: Run) -> Measured {
+    let Run {
+        unconfined,
+        heaptrack,
+    } = run;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cluster = Cluster::start(ClusterOptions {
         nodes: 1,
@@ -282,6 +291,7 @@ async fn churn(
     let limit_bytes = limits.memory_bytes.expect("the chart sets a memory limit");
     let namespace = cluster.create_namespace("churn").await.expect("namespace");
     let cgroup = match Cgroup::create(&format!("churn-{}", std::process::id()), limits) {
+        _ if unconfined => None,
         Ok(c) => Some(c),
         Err(e) => {
             eprintln!("churn: the operator runs without its limits: {e}");
@@ -413,7 +423,7 @@ async fn churn(
 /// series of a deleted NodeWright on `/metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_stays_within_the_chart_memory_limit() {
-    let m = churn(600, 64, &[300, 600], None).await;
+    let m = churn(600, 64, &[300, 600], Run::default()).await;
     let peak_kib = [m.drained.hwm_kib, m.quiet.hwm_kib]
         .into_iter()
         .chain(m.checkpoints.iter().map(|(_, c)| c.hwm_kib))
@@ -462,7 +472,10 @@ async fn churn_memory_profile() {
         .filter(|c| *c < total)
         .chain([total])
         .collect();
-    let heaptrack = std::env::var_os("NODEWRIGHT_CHURN_HEAPTRACK").map(PathBuf::from);
-    let m = churn(total, clients, &checkpoints, heaptrack).await;
+    let run = Run {
+        unconfined: std::env::var("NODEWRIGHT_CHURN_UNCONFINED").is_ok_and(|v| v == "1"),
+        heaptrack: std::env::var_os("NODEWRIGHT_CHURN_HEAPTRACK").map(PathBuf::from),
+    };
+    let m = churn(total, clients, &checkpoints, run).await;
     eprintln!("churn: {m:#?}");
 }
