@@ -312,6 +312,9 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
     // owner with the Job's namespace and never find it.)
     let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(rollout::PASS_CONCURRENCY),
+        )
         .watches_stream(feed.rollout, |job: StoredJob| {
             job.owner.map(|owner| ObjectRef::<NodeWright>::new(&owner))
         })

@@ -60,6 +60,12 @@ const ON: &str = "true";
 const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);
 /// Requeue while a node drains: evicted pods going away trigger nothing the operator watches.
 const DRAIN_RECHECK: Duration = Duration::from_secs(2);
+/// Passes run at once (over distinct NodeWrights; one NodeWright never has two). Unbounded, every
+/// NodeWright woken at once runs its pass at once: under churn (each edit wakes one) hundreds of
+/// passes held their working sets and one apiserver connection per request in flight, and slowed
+/// the apiserver they all waited on. A pass makes at most [`acts::NODE_CONCURRENCY`] requests at a
+/// time, so this bounds the operator's requests in flight too. (Upstream: one worker.)
+pub const PASS_CONCURRENCY: u16 = 16;
 
 /// Reconciles one NodeWright.
 pub async fn reconcile(
