@@ -30,9 +30,11 @@ use nodewright_e2e::limits::{Cgroup, Limits};
 use nodewright_e2e::{Cluster, ClusterOptions};
 use nodewright_shared::api::NodeWright;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
+
+mod support;
+
+use support::admin_http::{free_port, get, wait_leading};
 
 const BOUND: Duration = Duration::from_secs(300);
 /// NodeWrights each client keeps alive.
@@ -88,28 +90,6 @@ fn operator_pid(child: u32) -> Option<u32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .find_map(operator_pid)
-}
-
-async fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
-/// `GET path` over plain HTTP/1.0: (status code, body); `None` while nothing listens.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
 }
 
 /// The operator container's `resources.limits` in the chart as `helm template` renders it with
@@ -310,14 +290,7 @@ async fn churn(total: usize, clients: usize, checkpoints: &[usize], run: Run) ->
         heaptrack.as_deref(),
     );
     eprintln!("churn: operator log {}", logs.display());
-    cluster
-        .wait_for("leadership", BOUND, || async {
-            Ok(get(port, "/metrics")
-                .await
-                .filter(|(_, body)| body.contains("nodewright_operator_is_leader 1")))
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_leading(&cluster, port, BOUND).await;
     let pid = operator_pid(child.id().expect("pid")).expect("operator process");
     let oom = || cgroup.as_ref().map_or(0, |c| c.usage().oom_kills);
     let sample = |child: &mut Child| {

@@ -125,6 +125,17 @@ fn stage_labels(annotation: &PackageAnnotation) -> StageLabels {
     }
 }
 
+/// The labels of `stage` finished with `result`.
+fn finished_labels(stage: &StageLabels, result: StageResult) -> FinishedLabels {
+    FinishedLabels {
+        nodewright_name: stage.nodewright_name.clone(),
+        package_name: stage.package_name.clone(),
+        package_version: stage.package_version.clone(),
+        stage: stage.stage.clone(),
+        result: result.as_str(),
+    }
+}
+
 /// Seconds from the Job's creation to its `condition` turning True.
 pub fn seconds_to(job: &StoredJob, condition: &str) -> Option<f64> {
     let created = job.metadata.creation_timestamp.as_ref()?.0;
@@ -201,13 +212,7 @@ impl StageMetrics {
             StageResult::Complete => ("Complete", failed.saturating_add(1)),
             StageResult::TimedOut => ("Failed", failed.max(1)),
         };
-        let labels = FinishedLabels {
-            nodewright_name: stage.nodewright_name.clone(),
-            package_name: stage.package_name.clone(),
-            package_version: stage.package_version.clone(),
-            stage: stage.stage.clone(),
-            result: result.as_str(),
-        };
+        let labels = finished_labels(&stage, result);
         if let Some(seconds) = seconds_to(job, condition) {
             self.durations.get_or_create(&labels).observe(seconds);
         }
@@ -248,13 +253,7 @@ impl StageMetrics {
             .unwrap_or_default();
         for stage in written {
             for result in [StageResult::Complete, StageResult::TimedOut] {
-                let labels = FinishedLabels {
-                    nodewright_name: stage.nodewright_name.clone(),
-                    package_name: stage.package_name.clone(),
-                    package_version: stage.package_version.clone(),
-                    stage: stage.stage.clone(),
-                    result: result.as_str(),
-                };
+                let labels = finished_labels(&stage, result);
                 self.durations.remove(&labels);
                 self.attempts.remove(&labels);
             }

@@ -75,14 +75,9 @@ pub fn trigger_relevant(nodewright: &NodeWright) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writes::mock::stored_nodewright;
     use nodewright_shared::api::{NodeWrightSpec, NodeWrightStatus, Status};
     use nodewright_shared::node_state::NodeState;
-
-    fn stored(name: &str) -> NodeWright {
-        let mut nw = NodeWright::new(name, NodeWrightSpec::default());
-        nw.metadata.resource_version = Some("1".into());
-        nw
-    }
 
     /// Metric series and the last status write are kept per NodeWright: a NodeWright the watch
     /// reports deleted, or that a relist no longer shows (a deletion missed while the watch was
@@ -98,7 +93,7 @@ mod tests {
             ..NodeWrightStatus::default()
         };
         for name in ["a", "b", "c"] {
-            let nw = stored(name);
+            let nw = stored_nodewright(name);
             feed.apply_watcher_event(&watcher::Event::Apply(nw.clone()));
             let samples = crate::metrics::state::samples(&nw, &status, &Default::default());
             ctx.metrics.report(name, samples);
@@ -116,7 +111,7 @@ mod tests {
         let all: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
         assert_eq!(kept(&ctx), (all.clone(), all));
 
-        let deleted = watcher::Event::Delete(stored("a"));
+        let deleted = watcher::Event::Delete(stored_nodewright("a"));
         feed.apply_watcher_event(&deleted);
         forget_deleted(&ctx, &deleted);
         let rest: Vec<String> = vec!["b".into(), "c".into()];
@@ -125,7 +120,7 @@ mod tests {
         // A relist that no longer shows b: no Delete event for it.
         for event in [
             watcher::Event::Init,
-            watcher::Event::InitApply(stored("c")),
+            watcher::Event::InitApply(stored_nodewright("c")),
             watcher::Event::InitDone,
         ] {
             feed.apply_watcher_event(&event);

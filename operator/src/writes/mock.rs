@@ -33,6 +33,13 @@ pub fn serve(
     (kube::Client::new(service, "nodewright"), task)
 }
 
+/// A NodeWright as a store holds it: named, at resourceVersion 1.
+pub fn stored_nodewright(name: &str) -> nodewright_shared::api::NodeWright {
+    let mut nw = nodewright_shared::api::NodeWright::new(name, Default::default());
+    nw.metadata.resource_version = Some("1".into());
+    nw
+}
+
 /// The body of a 404.
 pub fn not_found() -> Value {
     json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "NotFound",

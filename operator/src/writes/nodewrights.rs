@@ -247,21 +247,15 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_shared::api::NodeWrightSpec;
+    use crate::writes::mock::stored_nodewright;
     use nodewright_shared::node_state::NodeState;
     use tokio_util::sync::CancellationToken;
-
-    fn stored(name: &str) -> NodeWright {
-        let mut nw = NodeWright::new(name, NodeWrightSpec::default());
-        nw.metadata.resource_version = Some("1".into());
-        nw
-    }
 
     /// A status write leaves two things per NodeWright (the object written, the stamp of its
     /// records): both go when the NodeWright is forgotten, or is absent from a relist.
     #[tokio::test]
     async fn what_a_status_write_leaves_goes_with_its_nodewright() {
-        let (client, server) = super::super::mock::status_writes_succeed();
+        let (client, server) = crate::writes::mock::status_writes_succeed();
         let writer = Writer::new(client, "nodewright", CancellationToken::new());
         let status = NodeWrightStatus {
             node_state: [("n1".to_owned(), NodeState::default())].into(),
@@ -269,19 +263,19 @@ mod tests {
         };
         for name in ["a", "b", "c"] {
             writer
-                .replace_nodewright_status(&stored(name), &status)
+                .replace_nodewright_status(&stored_nodewright(name), &status)
                 .await
                 .expect("status written");
         }
         let names = |w: &Writer| w.remembered_nodewrights().into_iter().collect::<Vec<_>>();
         assert_eq!(names(&writer), ["a", "b", "c"]);
         // Served from what was written until the store catches up.
-        let fresher = writer.fresher(std::sync::Arc::new(stored("a")));
+        let fresher = writer.fresher(std::sync::Arc::new(stored_nodewright("a")));
         assert_eq!(fresher.metadata.resource_version.as_deref(), Some("2"));
 
         writer.forget_nodewright("a");
         assert_eq!(names(&writer), ["b", "c"]);
-        let after = writer.fresher(std::sync::Arc::new(stored("a")));
+        let after = writer.fresher(std::sync::Arc::new(stored_nodewright("a")));
         assert_eq!(after.metadata.resource_version.as_deref(), Some("1"));
         let mut same = status.clone();
         assert!(
