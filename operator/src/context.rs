@@ -99,6 +99,27 @@ impl Context {
         *self.jobs_synced.borrow()
     }
 
+    /// Drops everything this term keeps about the NodeWright `name` (its metric series, its last
+    /// status write, its write memo): it is gone. Kept, that state would grow with every NodeWright
+    /// ever deleted.
+    pub fn forget_nodewright(&self, name: &str) {
+        self.metrics.forget(name);
+        self.writer.forget_nodewright(name);
+    }
+
+    /// [`Context::forget_nodewright`] for every NodeWright the store no longer has: after a relist,
+    /// which reports no deletions.
+    pub fn forget_absent_nodewrights(&self) {
+        let live: std::collections::HashSet<String> = self
+            .nodewrights
+            .state()
+            .iter()
+            .filter_map(|nw| nw.metadata.name.clone())
+            .collect();
+        self.metrics.retain(|name| live.contains(name));
+        self.writer.retain_nodewrights(|name| live.contains(name));
+    }
+
     /// The DeploymentPolicy `name` as the policy store has it (as stored: the caller applies the
     /// defaults).
     pub fn deployment_policy(&self, name: &str) -> PolicyLookup {
@@ -121,4 +142,43 @@ pub enum PolicyLookup {
     Missing,
     /// The policy.
     Found(Arc<DeploymentPolicy>),
+}
+
+#[cfg(test)]
+impl Context {
+    /// A Context whose every request goes to `client`; stores empty (nothing cached, as after a
+    /// restart), synced, leading. For unit tests that drive a reconciler over a mock API server.
+    pub(crate) fn over(client: kube::Client) -> Context {
+        let env = std::collections::BTreeMap::from([
+            ("NAMESPACE", "nodewright"),
+            ("POD_NAME", "operator-0"),
+            ("LEADER_ELECTION", "false"),
+        ]);
+        let config = crate::runtime::config::OperatorConfig::from_lookup(|var| {
+            env.get(var).map(|v| (*v).to_owned())
+        })
+        .expect("operator configuration");
+        let term = CancellationToken::new();
+        let synced = || tokio::sync::watch::channel(true).1;
+        Context {
+            client: client.clone(),
+            nodes: kube::runtime::reflector::store().0,
+            pods: kube::runtime::reflector::store().0,
+            nodewrights: kube::runtime::reflector::store().0,
+            jobs: kube::runtime::reflector::store().0,
+            jobs_synced: synced(),
+            policies: kube::runtime::reflector::store().0,
+            policies_synced: synced(),
+            term: term.clone(),
+            options: RunOptions::default(),
+            events: crate::writes::Events::new(
+                client.clone(),
+                &config.lease.identity,
+                term.clone(),
+            ),
+            writer: crate::writes::Writer::new(client, &config.jobs.namespace, term),
+            metrics: crate::metrics::state::StateMetrics::default(),
+            config: Arc::new(config),
+        }
+    }
 }

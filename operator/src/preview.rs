@@ -328,11 +328,12 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
     }
     let nw = config_updates::effective(&nw);
 
-    let all_nodewrights: Vec<NodeWright> = snapshot
+    let all_nodewrights: Vec<Arc<NodeWright>> = snapshot
         .nodewrights
         .iter()
         .filter(|o| o.name_any() != name)
         .cloned()
+        .map(Arc::new)
         .collect();
     let policy_name = nw.spec.deployment_policy.clone().filter(|p| !p.is_empty());
     let policy = policy_name.as_deref().and_then(|p| {
@@ -480,7 +481,7 @@ struct World<'a> {
     jobs: &'a JobIndex,
     every_job: &'a [Arc<StoredJob>],
     every_node: &'a [Arc<Node>],
-    all_nodewrights: &'a [NodeWright],
+    all_nodewrights: &'a [Arc<NodeWright>],
     missing_policy: bool,
     deleting: bool,
     now: Timestamp,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -289,6 +289,10 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             .default_backoff()
             .modify(crate::runtime::nodewrights::trim),
     )
+    .inspect_ok({
+        let ctx = ctx.clone();
+        move |event| crate::runtime::nodewrights::forget_deleted(&ctx, event)
+    })
     .applied_objects()
     .predicate_filter(
         crate::runtime::nodewrights::trigger_relevant,
@@ -312,6 +316,9 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
     // owner with the Job's namespace and never find it.)
     let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(rollout::PASS_CONCURRENCY),
+        )
         .watches_stream(feed.rollout, |job: StoredJob| {
             job.owner.map(|owner| ObjectRef::<NodeWright>::new(&owner))
         })

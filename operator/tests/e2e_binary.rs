@@ -12,22 +12,13 @@ use nodewright_e2e::{Cluster, ClusterOptions};
 use nodewright_operator::metrics::Metrics;
 use nodewright_operator::runtime::admin::{Readiness, bind, router_with_auth, serve};
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::process::Command;
 
+mod support;
+
+use support::admin_http::{free_port, get, get_with_token, wait_leading};
+
 const BOUND: Duration = Duration::from_secs(180);
-
-/// A free local port (bound, then released for the operator to take).
-async fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
-/// `GET path` over plain HTTP/1.0: (status code, body); `None` while nothing listens.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    get_with_token(port, path, None).await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
@@ -57,14 +48,7 @@ async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    cluster
-        .wait_for("leadership", BOUND, || async {
-            Ok(get(port, "/metrics")
-                .await
-                .filter(|(_, body)| body.contains("nodewright_operator_is_leader 1")))
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_leading(cluster, port, BOUND).await;
 
     let nw = NodeWright::new(
         &ns,
@@ -117,26 +101,6 @@ async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
         .expect("the operator stops after SIGTERM")
         .expect("exit status");
     assert_eq!(status.code(), Some(0), "graceful stop");
-}
-
-/// `GET path` with `Authorization: Bearer <token>` when given: (status code, body).
-async fn get_with_token(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
 }
 
 /// `/metrics` behind the authentication of `METRICS_AUTH=true`, against the real apiserver: a ServiceAccount bound to a ClusterRole with

@@ -98,8 +98,9 @@ pub struct StageMetrics {
     timeouts: Family<StageLabels, Counter>,
     durations: Histograms,
     attempts: Histograms,
-    /// Series written per NodeWright, so [`StageMetrics::forget`] can remove them.
-    written: Arc<Mutex<BTreeMap<String, BTreeSet<FinishedLabels>>>>,
+    /// The stages each NodeWright has series of (a Job created, an outcome observed), so
+    /// [`StageMetrics::forget`] can remove them all.
+    written: Arc<Mutex<BTreeMap<String, BTreeSet<StageLabels>>>>,
 }
 
 impl Default for StageMetrics {
@@ -121,6 +122,17 @@ fn stage_labels(annotation: &PackageAnnotation) -> StageLabels {
         package_name: annotation.name.clone(),
         package_version: annotation.version.clone(),
         stage: annotation.stage.as_str().to_owned(),
+    }
+}
+
+/// The labels of `stage` finished with `result`.
+fn finished_labels(stage: &StageLabels, result: StageResult) -> FinishedLabels {
+    FinishedLabels {
+        nodewright_name: stage.nodewright_name.clone(),
+        package_name: stage.package_name.clone(),
+        package_version: stage.package_version.clone(),
+        stage: stage.stage.clone(),
+        result: result.as_str(),
     }
 }
 
@@ -171,8 +183,21 @@ impl StageMetrics {
     /// A stage Job was created (not found existing).
     pub fn created(&self, job: &Job) {
         if let Some(annotation) = package_of(&StoredJob::of(job)) {
-            self.created.get_or_create(&stage_labels(&annotation)).inc();
+            let stage = stage_labels(&annotation);
+            self.created.get_or_create(&stage).inc();
+            self.note(stage);
         }
+    }
+
+    /// Remembers that `stage` has series (its NodeWright's are removed when it is deleted, whether
+    /// or not its stages finished).
+    fn note(&self, stage: StageLabels) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(stage.nodewright_name.clone())
+            .or_default()
+            .insert(stage);
     }
 
     /// A stage's outcome was recorded (its Job just marked `state-recorded`). `pods` are the Job's
@@ -187,13 +212,7 @@ impl StageMetrics {
             StageResult::Complete => ("Complete", failed.saturating_add(1)),
             StageResult::TimedOut => ("Failed", failed.max(1)),
         };
-        let labels = FinishedLabels {
-            nodewright_name: stage.nodewright_name.clone(),
-            package_name: stage.package_name.clone(),
-            package_version: stage.package_version.clone(),
-            stage: stage.stage.clone(),
-            result: result.as_str(),
-        };
+        let labels = finished_labels(&stage, result);
         if let Some(seconds) = seconds_to(job, condition) {
             self.durations.get_or_create(&labels).observe(seconds);
         }
@@ -203,12 +222,7 @@ impl StageMetrics {
         if result == StageResult::TimedOut {
             self.timeouts.get_or_create(&stage).inc();
         }
-        self.written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(labels.nodewright_name.clone())
-            .or_default()
-            .insert(labels);
+        self.note(stage);
     }
 
     /// A Complete Job the rollout pass recorded with the node's next stage ([`crate::rollout`]'s
@@ -237,18 +251,25 @@ impl StageMetrics {
             .unwrap_or_else(|e| e.into_inner())
             .remove(nodewright)
             .unwrap_or_default();
-        for labels in written {
-            self.durations.remove(&labels);
-            self.attempts.remove(&labels);
-            let stage = StageLabels {
-                nodewright_name: labels.nodewright_name,
-                package_name: labels.package_name,
-                package_version: labels.package_version,
-                stage: labels.stage,
-            };
+        for stage in written {
+            for result in [StageResult::Complete, StageResult::TimedOut] {
+                let labels = finished_labels(&stage, result);
+                self.durations.remove(&labels);
+                self.attempts.remove(&labels);
+            }
             self.timeouts.remove(&stage);
             self.created.remove(&stage);
         }
+    }
+
+    /// The NodeWrights that have stage series.
+    pub fn nodewrights(&self) -> Vec<String> {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 }
 
@@ -359,5 +380,10 @@ mod tests {
         assert!(text(&registry).contains(
             r#"nodewright_stage_jobs_created_total{nodewright_name="nw",package_name="dax",package_version="1.0.0",stage="apply"} 2"#
         ));
+        // Deleted while the stage still ran (no outcome observed): its series go too.
+        m.forget("nw");
+        let t = text(&registry);
+        assert!(!t.contains(r#"nodewright_name="nw""#), "{t}");
+        assert!(m.nodewrights().is_empty());
     }
 }

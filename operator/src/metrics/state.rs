@@ -439,6 +439,21 @@ impl StateMetrics {
         }
     }
 
+    /// Removes every series of the NodeWrights `live` says are gone (after a relist of the
+    /// NodeWrights, which reports no deletions).
+    pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        for name in self.nodewrights().iter().filter(|n| !live(n)) {
+            self.forget(name);
+        }
+    }
+
+    /// The NodeWrights that have series.
+    pub fn nodewrights(&self) -> BTreeSet<String> {
+        let mut names: BTreeSet<String> = self.lock().keys().cloned().collect();
+        names.extend(self.stages.nodewrights());
+        names
+    }
+
     /// Removes every NodeWright's gauges: this replica stopped leading. A standby then reports
     /// none, so a dashboard or an alert never reads a former leader's frozen values next to the
     /// new leader's. Counters and histograms stay (they count what this replica did).

@@ -433,42 +433,6 @@ mod tests {
         (seen, task)
     }
 
-    /// A Context whose every request goes to `client`; stores empty (nothing cached, as after a
-    /// restart), leading.
-    fn context_over(client: kube::Client) -> Context {
-        let env = std::collections::BTreeMap::from([
-            ("NAMESPACE", "nodewright"),
-            ("POD_NAME", "operator-0"),
-            ("LEADER_ELECTION", "false"),
-        ]);
-        let config = crate::runtime::config::OperatorConfig::from_lookup(|var| {
-            env.get(var).map(|v| (*v).to_owned())
-        })
-        .expect("operator configuration");
-        let term = tokio_util::sync::CancellationToken::new();
-        let synced = || tokio::sync::watch::channel(true).1;
-        Context {
-            client: client.clone(),
-            nodes: kube::runtime::reflector::store().0,
-            pods: kube::runtime::reflector::store().0,
-            nodewrights: kube::runtime::reflector::store().0,
-            jobs: kube::runtime::reflector::store().0,
-            jobs_synced: synced(),
-            policies: kube::runtime::reflector::store().0,
-            policies_synced: synced(),
-            term: term.clone(),
-            options: crate::context::RunOptions::default(),
-            events: crate::writes::Events::new(
-                client.clone(),
-                &config.lease.identity,
-                term.clone(),
-            ),
-            writer: crate::writes::Writer::new(client, &config.jobs.namespace, term),
-            metrics: crate::metrics::state::StateMetrics::default(),
-            config: Arc::new(config),
-        }
-    }
-
     /// The rejected path deletes the Job so the stage reruns; the Job must first be marked
     /// (`state-recorded` + TTL), so a crash between the two writes never loses the outcome: once
     /// deleted, nothing could record it any more. Drives [`reconcile`] against a mock API server and
@@ -513,7 +477,7 @@ mod tests {
             http::Response<kube::client::Body>,
         >();
         let (seen, server) = rejected_path_api_server(handle, job_json, pods_json);
-        let ctx = Arc::new(context_over(kube::Client::new(service, "nodewright")));
+        let ctx = Arc::new(Context::over(kube::Client::new(service, "nodewright")));
         let ttl = ctx.config.jobs.defaults.ttl_failed_seconds();
         reconcile(Arc::new(job), ctx)
             .await

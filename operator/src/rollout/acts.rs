@@ -84,7 +84,7 @@ pub async fn act_on_nodes(
     ctx: &Context,
     input: &PassInput<'_>,
     decision: &mut PassDecision<'_>,
-    all_nodewrights: &[NodeWright],
+    all_nodewrights: &[Arc<NodeWright>],
 ) -> Acted {
     let order = decision.node_orders();
     let names: Vec<String> = decision.rows.keys().cloned().collect();
@@ -177,7 +177,7 @@ pub async fn act_on_nodes(
 async fn act_on_node(
     ctx: &Context,
     input: &PassInput<'_>,
-    all_nodewrights: &[NodeWright],
+    all_nodewrights: &[Arc<NodeWright>],
     task: Task,
 ) -> (Done, Arc<Node>) {
     let nw = input.nodewright.name_any();

@@ -12,6 +12,8 @@
 //! being reconciled. So whichever NodeWright reaches a new node first taints it on behalf of the
 //! others; the resourceVersion guard makes two concurrent attempts converge on one write.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::ResourceExt;
 use nodewright_shared::api::NodeWright;
@@ -56,7 +58,7 @@ fn wants_auto_taint(nodewright: &NodeWright) -> bool {
 
 /// Whether `node` must be tainted now: it is new, lacks the taint, and some NodeWright of `all` that
 /// wants auto-tainting selects it.
-pub fn needs_taint(all: &[NodeWright], node: &Node, taint: &RuntimeTaint) -> bool {
+pub fn needs_taint(all: &[Arc<NodeWright>], node: &Node, taint: &RuntimeTaint) -> bool {
     is_new(node)
         && !has_taint(node, taint)
         && all
@@ -90,7 +92,7 @@ pub fn taint_edit(node: &Node, taint: &RuntimeTaint) -> NodeEdit {
 /// changed meanwhile is read again and decided afresh (someone else may have tainted or touched it).
 pub async fn taint_new_nodes(
     ctx: &Context,
-    all: &[NodeWright],
+    all: &[Arc<NodeWright>],
     nodes: &[&Node],
 ) -> Result<usize, ReconcileError> {
     let taint = &ctx.config.jobs.runtime_required_taint;
@@ -174,23 +176,23 @@ mod tests {
 
     #[test]
     fn only_new_selected_nodes_of_an_auto_tainting_runtime_nodewright_are_tainted() {
-        let wanted = [nodewright(true, true, "a")];
+        let wanted = [Arc::new(nodewright(true, true, "a"))];
         let fresh = node(&[("kwok.x-k8s.io/node", "fake")], vec![]);
         assert!(needs_taint(&wanted, &fresh, &runtime()));
         // autoTaintNewNodes without runtimeRequired, or neither: nothing.
         assert!(!needs_taint(
-            &[nodewright(false, true, "a")],
+            &[Arc::new(nodewright(false, true, "a"))],
             &fresh,
             &runtime()
         ));
         assert!(!needs_taint(
-            &[nodewright(true, false, "a")],
+            &[Arc::new(nodewright(true, false, "a"))],
             &fresh,
             &runtime()
         ));
         // Not selected.
         assert!(!needs_taint(
-            &[nodewright(true, true, "b")],
+            &[Arc::new(nodewright(true, true, "b"))],
             &fresh,
             &runtime()
         ));
@@ -215,7 +217,11 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
-        assert!(!needs_taint(&[nw], &node(&[], vec![]), &runtime()));
+        assert!(!needs_taint(
+            &[Arc::new(nw)],
+            &node(&[], vec![]),
+            &runtime()
+        ));
     }
 
     #[test]
@@ -250,7 +256,7 @@ mod tests {
             "true".to_owned(),
         )]));
         assert!(!needs_taint(
-            &[nodewright(true, true, "a")],
+            &[Arc::new(nodewright(true, true, "a"))],
             &after,
             &runtime()
         ));

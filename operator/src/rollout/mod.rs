@@ -60,6 +60,12 @@ const ON: &str = "true";
 const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);
 /// Requeue while a node drains: evicted pods going away trigger nothing the operator watches.
 const DRAIN_RECHECK: Duration = Duration::from_secs(2);
+/// Passes run at once (over distinct NodeWrights; one NodeWright never has two). Unbounded, every
+/// NodeWright woken at once runs its pass at once: under churn (each edit wakes one) hundreds of
+/// passes held their working sets and one apiserver connection per request in flight, and slowed
+/// the apiserver they all waited on. A pass makes at most [`acts::NODE_CONCURRENCY`] requests at a
+/// time, so this bounds the operator's requests in flight too. (Upstream: one worker.)
+pub const PASS_CONCURRENCY: u16 = 16;
 
 /// Reconciles one NodeWright.
 pub async fn reconcile(
@@ -146,8 +152,10 @@ struct Ready {
     nodes: Vec<Arc<Node>>,
     /// Every node in the cache (priority gates look at nodes this NodeWright does not select).
     every_node: Vec<Arc<Node>>,
-    /// Every NodeWright this operator reconciles (priority, runtime-required taint).
-    all_nodewrights: Vec<NodeWright>,
+    /// Every NodeWright this operator reconciles (priority, runtime-required taint): the store's
+    /// own objects, shared, never copies (a pass runs for each NodeWright, many at once: copies of
+    /// every NodeWright per pass grow with the square of their number).
+    all_nodewrights: Vec<Arc<NodeWright>>,
     jobs: JobIndex,
     policy: Option<DeploymentPolicy>,
     missing_policy: Option<String>,
@@ -178,12 +186,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     // One snapshot of the node cache per pass: the selection and the priority gates read it.
     let every_node = ctx.nodes.state();
     let nodes = selected_nodes(&selection, &every_node);
-    let all_nodewrights: Vec<NodeWright> = ctx
-        .nodewrights
-        .state()
-        .iter()
-        .map(|n| NodeWright::clone(n))
-        .collect();
+    let all_nodewrights = ctx.nodewrights.state();
     // New nodes are tainted before anything else is written to them (upstream: first in reconcile).
     let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
     if auto_taint::taint_new_nodes(ctx, &all_nodewrights, &node_refs).await? > 0 {
@@ -193,7 +196,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     if deleting {
         let states: Vec<Option<NodeState>> = nodes.iter().map(|n| parse_state(n, &name)).collect();
         if !uninstall::pending(&nw, states.iter().map(Option::as_ref)) {
-            ctx.metrics.forget(&name);
+            ctx.forget_nodewright(&name);
             return Ok(Prepared::Again(finalizer::cleanup(ctx, nodewright).await?));
         }
         info!(nodewright = %name, "deletion waits for the uninstall of its enabled packages");
@@ -299,7 +302,7 @@ pub(crate) struct PassParts<'a> {
 /// in the cache and every NodeWright; `policy` is defaulted ([`defaulted_policy`]).
 pub(crate) fn pass_parts<'a>(
     nw: &NodeWright,
-    all_nodewrights: &'a [NodeWright],
+    all_nodewrights: &'a [Arc<NodeWright>],
     every_node: &[Arc<Node>],
     nodes: &[Arc<Node>],
     policy: Option<&DeploymentPolicy>,

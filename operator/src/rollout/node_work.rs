@@ -3,6 +3,8 @@
 //! the two leaves "in progress, no Job", which the next pass repairs by creating the Job; the other
 //! order could leave a running Job the state does not know about.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nodewright_shared::api::{NodeWright, Status};
@@ -69,7 +71,7 @@ pub async fn advance(
     nodewright: &NodeWright,
     work: NodeWork,
     jobs: &JobIndex,
-    all_nodewrights: &[NodeWright],
+    all_nodewrights: &[Arc<NodeWright>],
 ) -> Result<NodeResult, ReconcileError> {
     let NodeWork {
         node,

@@ -655,7 +655,7 @@ mod tests {
         let nodes = vec![busy.clone(), free.clone()];
         let all: Vec<&Arc<Node>> = nodes.iter().collect();
         let compartments = compartment(&all, 5);
-        let everyone = [earlier];
+        let everyone = [Arc::new(earlier)];
         let node_refs: Vec<&Node> = nodes.iter().map(AsRef::as_ref).collect();
         let mut f = Fixture::new(nw, nodes.clone());
         let gates = priority::gates(&f.nw, &everyone, &node_refs);

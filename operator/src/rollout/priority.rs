@@ -3,6 +3,8 @@
 //! or, for one with `sequencing: all`, complete on all of its nodes. Disabled NodeWrights never hold
 //! others back; paused ones do (their nodes stay incomplete), as upstream.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nodewright_shared::api::{NodeWright, Sequencing};
@@ -33,7 +35,7 @@ pub struct Gate<'a> {
 /// The NodeWrights that can hold `this` back (preceding and not disabled), each with its selector
 /// compiled and, for `sequencing: all`, its fleet-wide completion computed once over `nodes` (every
 /// node), so [`waits`] is a cheap per-node check.
-pub fn gates<'a>(this: &NodeWright, all: &'a [NodeWright], nodes: &[&Node]) -> Vec<Gate<'a>> {
+pub fn gates<'a>(this: &NodeWright, all: &'a [Arc<NodeWright>], nodes: &[&Node]) -> Vec<Gate<'a>> {
     all.iter()
         .filter(|o| o.name_any() != this.name_any() && precedes(o, this))
         .filter(|o| !super::annotation_on(o, keys::DISABLE_ANNOTATION))
@@ -119,7 +121,7 @@ mod tests {
     fn a_node_waits_for_earlier_nodewrights_on_that_node_only() {
         let first = nodewright("first", 1, Sequencing::Node);
         let second = nodewright("second", 2, Sequencing::Node);
-        let all = [first.clone(), second.clone()];
+        let all = [first.clone(), second.clone()].map(Arc::new);
         let (done, busy) = (node("a", &["first"]), node("b", &[]));
         let nodes = [&done, &busy];
         let g = gates(&second, &all, &nodes);
@@ -133,7 +135,7 @@ mod tests {
     fn sequencing_all_holds_every_node_until_all_are_done() {
         let first = nodewright("first", 1, Sequencing::All);
         let second = nodewright("second", 2, Sequencing::Node);
-        let all = [first, second.clone()];
+        let all = [first, second.clone()].map(Arc::new);
         let (done, busy) = (node("a", &["first"]), node("b", &[]));
         assert!(waits(&gates(&second, &all, &[&done, &busy]), &done));
         let other_done = node("b", &["first"]);
@@ -149,7 +151,7 @@ mod tests {
             keys::DISABLE_ANNOTATION.to_owned(),
             "true".to_owned(),
         )]));
-        let all = [first, second.clone()];
+        let all = [first, second.clone()].map(Arc::new);
         assert!(gates(&second, &all, &[]).is_empty());
     }
 }

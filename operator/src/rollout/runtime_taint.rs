@@ -3,6 +3,8 @@
 //! any value, as Kubernetes' `MatchTaint`) is removed. New nodes get the taint from
 //! [`super::auto_taint`] when a NodeWright asks for it.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::ResourceExt;
 use nodewright_shared::api::NodeWright;
@@ -18,7 +20,7 @@ use nodewright_shared::node_state::NodeState;
 /// than read from the node: the pass that completes a node knows its records before the node shows
 /// them, and lifts the taint in the same write.
 pub fn runtime_ready_with(
-    all: &[NodeWright],
+    all: &[Arc<NodeWright>],
     node: &Node,
     own: Option<(&str, &NodeState)>,
 ) -> bool {
@@ -138,11 +140,12 @@ mod tests {
             nodewright("a", true),
             nodewright("b", true),
             nodewright("c", false),
-        ];
+        ]
+        .map(Arc::new);
         assert!(!runtime_ready_with(&all, &node(&["a"], vec![]), None));
         assert!(runtime_ready_with(&all, &node(&["a", "b"], vec![]), None));
         assert!(!runtime_ready_with(
-            &[nodewright("c", false)],
+            &[Arc::new(nodewright("c", false))],
             &node(&["c"], vec![]),
             None
         ));
@@ -150,7 +153,7 @@ mod tests {
 
     #[test]
     fn the_pass_completing_a_node_counts_its_own_records() {
-        let all = [nodewright("a", true), nodewright("b", true)];
+        let all = [nodewright("a", true), nodewright("b", true)].map(Arc::new);
         let complete = complete_state();
         // The node shows b done, not a yet: a's pass knows a is done now.
         let n = node(&["b"], vec![]);

@@ -8,17 +8,38 @@
 //! Triggers: a change of the spec, metadata or the status fields a pass reads as inputs (batch
 //! states, config updates, boot IDs) wakes the rollout; the pass's own status write (node counts,
 //! conditions, records) does not, so a pass does not wake itself.
+//!
+//! What the term keeps per NodeWright (metric series, its last status write) goes when the watch
+//! reports the NodeWright deleted, or absent from a relist ([`forget_deleted`]): its deletion pass
+//! drops it too, but a NodeWright can go without one (its finalizer removed by hand).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
+use kube::runtime::watcher;
 use nodewright_shared::api::NodeWright;
+
+use crate::context::Context;
 
 /// Drops what the operator never reads back from a stored NodeWright.
 pub fn trim(nodewright: &mut NodeWright) {
     nodewright.metadata.managed_fields = None;
     if let Some(status) = nodewright.status.as_mut() {
         status.node_state.clear();
+    }
+}
+
+/// Drops the term's state of the NodeWrights a watch event says are gone: the deleted one, or
+/// after a relist (the store already holds its result) every one the store no longer has.
+pub fn forget_deleted(ctx: &Context, event: &watcher::Event<NodeWright>) {
+    match event {
+        watcher::Event::Delete(nodewright) => {
+            if let Some(name) = &nodewright.metadata.name {
+                ctx.forget_nodewright(name);
+            }
+        }
+        watcher::Event::InitDone => ctx.forget_absent_nodewrights(),
+        watcher::Event::Apply(_) | watcher::Event::Init | watcher::Event::InitApply(_) => {}
     }
 }
 
@@ -54,8 +75,62 @@ pub fn trigger_relevant(nodewright: &NodeWright) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writes::mock::stored_nodewright;
     use nodewright_shared::api::{NodeWrightSpec, NodeWrightStatus, Status};
     use nodewright_shared::node_state::NodeState;
+
+    /// Metric series and the last status write are kept per NodeWright: a NodeWright the watch
+    /// reports deleted, or that a relist no longer shows (a deletion missed while the watch was
+    /// down), leaves neither behind; the others keep theirs.
+    #[tokio::test]
+    async fn a_deleted_nodewright_leaves_no_series_and_no_remembered_write() {
+        let (client, server) = crate::writes::mock::status_writes_succeed();
+        let (store, mut feed) = kube::runtime::reflector::store::<NodeWright>();
+        let mut ctx = Context::over(client);
+        ctx.nodewrights = store;
+        let status = NodeWrightStatus {
+            status: Some(Status::Complete),
+            ..NodeWrightStatus::default()
+        };
+        for name in ["a", "b", "c"] {
+            let nw = stored_nodewright(name);
+            feed.apply_watcher_event(&watcher::Event::Apply(nw.clone()));
+            let samples = crate::metrics::state::samples(&nw, &status, &Default::default());
+            ctx.metrics.report(name, samples);
+            ctx.writer
+                .replace_nodewright_status(&nw, &status)
+                .await
+                .expect("status written");
+        }
+        let kept = |ctx: &Context| {
+            let metrics = ctx.metrics.nodewrights();
+            let written = ctx.writer.remembered_nodewrights();
+            let names = |set: std::collections::BTreeSet<String>| set.into_iter().collect();
+            (names(metrics), names(written))
+        };
+        let all: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+        assert_eq!(kept(&ctx), (all.clone(), all));
+
+        let deleted = watcher::Event::Delete(stored_nodewright("a"));
+        feed.apply_watcher_event(&deleted);
+        forget_deleted(&ctx, &deleted);
+        let rest: Vec<String> = vec!["b".into(), "c".into()];
+        assert_eq!(kept(&ctx), (rest.clone(), rest));
+
+        // A relist that no longer shows b: no Delete event for it.
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(stored_nodewright("c")),
+            watcher::Event::InitDone,
+        ] {
+            feed.apply_watcher_event(&event);
+            forget_deleted(&ctx, &event);
+        }
+        let last: Vec<String> = vec!["c".into()];
+        assert_eq!(kept(&ctx), (last.clone(), last));
+        drop(ctx);
+        server.abort();
+    }
 
     #[test]
     fn the_records_are_not_kept_and_the_pass_outputs_do_not_trigger() {

@@ -4,6 +4,11 @@
 //! one (object, reason) into one Event series, but every repeat is still a PATCH that only bumps its
 //! count: past the burst, those repeats are dropped here instead. Keyed by reason too, so a burst of
 //! `Apply` Events never silences a `StageTimedOut` on the same object.
+//!
+//! Bounded like client-go's (an LRU of 4096): above [`PRUNE_ABOVE`] keys, full buckets (which
+//! behave as untracked ones) are dropped, and if more than half remain, the least recently used
+//! ones too (their budget starts over). Without that, churning objects (each NodeWright publishes
+//! under its own uid) would keep a bucket each for minutes after they are gone.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,7 +17,7 @@ use std::time::{Duration, Instant};
 const BURST: f64 = 25.0;
 /// One more Event per (object, reason) every so often once the burst is spent.
 const REFILL_EVERY: Duration = Duration::from_secs(300);
-/// Above this many tracked keys, full buckets (which behave as untracked ones) are dropped.
+/// Above this many tracked keys, full buckets are dropped, then the least recently used beyond half.
 const PRUNE_ABOVE: usize = 4096;
 
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +46,7 @@ impl SpamFilter {
     pub fn allow(&mut self, key: &str, now: Instant) -> bool {
         if self.buckets.len() > PRUNE_ABOVE {
             self.buckets.retain(|_, b| b.tokens_at(now) < BURST);
+            self.keep_most_recent(PRUNE_ABOVE / 2);
         }
         let bucket = self.buckets.entry(key.to_owned()).or_insert(Bucket {
             tokens: BURST,
@@ -53,6 +59,17 @@ impl SpamFilter {
             at: now,
         };
         allowed
+    }
+
+    /// Drops the least recently used buckets beyond `keep` (ties are kept).
+    fn keep_most_recent(&mut self, keep: usize) {
+        if self.buckets.len() <= keep {
+            return;
+        }
+        let mut last_used: Vec<Instant> = self.buckets.values().map(|b| b.at).collect();
+        last_used.sort_unstable();
+        let cutoff = last_used[last_used.len() - keep];
+        self.buckets.retain(|_, b| b.at >= cutoff);
     }
 
     /// How many keys are tracked (for tests).
@@ -93,6 +110,30 @@ mod tests {
             "a warning is not silenced"
         );
         assert!(filter.allow("nw/b|Apply", t0), "another object");
+    }
+
+    /// Thousands of objects publishing within one refill period (NodeWright churn: a key per uid):
+    /// the tracked keys stay bounded, and the busiest recent key keeps its spent budget.
+    #[test]
+    fn churning_keys_stay_bounded() {
+        let mut filter = SpamFilter::default();
+        let t0 = Instant::now();
+        for _ in 0..25 {
+            assert!(filter.allow("nw/hot|Apply", t0));
+        }
+        for i in 0..(3 * PRUNE_ABOVE) {
+            let at = t0 + Duration::from_millis(i as u64);
+            assert!(filter.allow(&format!("nw/{i}|State"), at));
+            if i % 64 == 0 {
+                // The hot key keeps publishing (and keeps being refused).
+                filter.allow("nw/hot|Apply", at);
+            }
+            assert!(filter.tracked() <= PRUNE_ABOVE + 1, "{}", filter.tracked());
+        }
+        assert!(
+            !filter.allow("nw/hot|Apply", t0 + Duration::from_secs(13)),
+            "a recently used key is not forgotten"
+        );
     }
 
     #[test]

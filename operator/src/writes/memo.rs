@@ -72,6 +72,21 @@ impl WriteMemo {
             entries.remove(key);
         }
     }
+
+    /// Keeps only the keys `keep` accepts.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|key, _| keep(key));
+        }
+    }
+
+    /// The keys remembered.
+    pub fn keys(&self) -> Vec<String> {
+        self.entries
+            .lock()
+            .map(|e| e.keys().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

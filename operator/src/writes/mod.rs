@@ -14,6 +14,8 @@ mod events;
 mod jobs;
 mod lease;
 pub(crate) mod memo;
+#[cfg(test)]
+pub(crate) mod mock;
 mod nodes;
 mod nodewrights;
 mod pods;

@@ -10,9 +10,12 @@ use serde::Serialize;
 use super::{WriteError, Writer, memo};
 use crate::error::ReconcileError;
 
+/// The prefix of the memo keys of the per-node records a NodeWright's status holds.
+const NODE_STATE_KEY: &str = "nodewright-node-state/";
+
 /// The memo key of the per-node records a NodeWright's status holds.
 fn node_state_key(name: &str) -> String {
-    format!("nodewright-node-state/{name}")
+    format!("{NODE_STATE_KEY}{name}")
 }
 
 /// A NodeWright object (as `kubectl` would send it) with `status` set, serialized without cloning
@@ -161,6 +164,43 @@ impl Writer {
         }
     }
 
+    /// Drops what this term remembers of the NodeWright `name` (the object its last status write
+    /// returned, the stamp of the records it wrote): it is gone, and a NodeWright created later
+    /// under the same name starts afresh.
+    pub fn forget_nodewright(&self, name: &str) {
+        if let Ok(mut written) = self.written.lock() {
+            written.remove(name);
+        }
+        self.memo.forget(&node_state_key(name));
+    }
+
+    /// Keeps only what this term remembers of the NodeWrights `live` says exist (after a relist of
+    /// the NodeWrights, which reports no deletions).
+    pub fn retain_nodewrights(&self, live: impl Fn(&str) -> bool) {
+        if let Ok(mut written) = self.written.lock() {
+            written.retain(|name, _| live(name));
+        }
+        self.memo
+            .retain(|key| key.strip_prefix(NODE_STATE_KEY).is_none_or(&live));
+    }
+
+    /// The NodeWrights this term remembers a status write of.
+    pub fn remembered_nodewrights(&self) -> std::collections::BTreeSet<String> {
+        let mut names: std::collections::BTreeSet<String> = self
+            .written
+            .lock()
+            .map(|w| w.keys().cloned().collect())
+            .unwrap_or_default();
+        names.extend(
+            self.memo
+                .keys()
+                .iter()
+                .filter_map(|k| k.strip_prefix(NODE_STATE_KEY))
+                .map(str::to_owned),
+        );
+        names
+    }
+
     /// Sets one map of the NodeWright's status (`field`: its JSON name) from `old` to `new` with a
     /// merge patch (entries gone from `new` are removed), under the object's resourceVersion (a
     /// stale object fails with 409): for the records a pass writes before it plans (boot IDs,
@@ -201,5 +241,51 @@ impl Writer {
             })?;
         crate::runtime::nodewrights::trim(&mut written);
         Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writes::mock::stored_nodewright;
+    use nodewright_shared::node_state::NodeState;
+    use tokio_util::sync::CancellationToken;
+
+    /// A status write leaves two things per NodeWright (the object written, the stamp of its
+    /// records): both go when the NodeWright is forgotten, or is absent from a relist.
+    #[tokio::test]
+    async fn what_a_status_write_leaves_goes_with_its_nodewright() {
+        let (client, server) = crate::writes::mock::status_writes_succeed();
+        let writer = Writer::new(client, "nodewright", CancellationToken::new());
+        let status = NodeWrightStatus {
+            node_state: [("n1".to_owned(), NodeState::default())].into(),
+            ..NodeWrightStatus::default()
+        };
+        for name in ["a", "b", "c"] {
+            writer
+                .replace_nodewright_status(&stored_nodewright(name), &status)
+                .await
+                .expect("status written");
+        }
+        let names = |w: &Writer| w.remembered_nodewrights().into_iter().collect::<Vec<_>>();
+        assert_eq!(names(&writer), ["a", "b", "c"]);
+        // Served from what was written until the store catches up.
+        let fresher = writer.fresher(std::sync::Arc::new(stored_nodewright("a")));
+        assert_eq!(fresher.metadata.resource_version.as_deref(), Some("2"));
+
+        writer.forget_nodewright("a");
+        assert_eq!(names(&writer), ["b", "c"]);
+        let after = writer.fresher(std::sync::Arc::new(stored_nodewright("a")));
+        assert_eq!(after.metadata.resource_version.as_deref(), Some("1"));
+        let mut same = status.clone();
+        assert!(
+            !writer.status_unchanged("a", &NodeWrightStatus::default(), &mut same),
+            "a NodeWright created again under the name is written afresh"
+        );
+
+        writer.retain_nodewrights(|name| name == "c");
+        assert_eq!(names(&writer), ["c"]);
+        drop(writer);
+        server.abort();
     }
 }

@@ -5,6 +5,8 @@
 //! Each suite compiles this module on its own and uses part of it.
 #![allow(dead_code)]
 
+pub mod admin_http;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,51 @@
+//! Plain HTTP to an operator's admin server (`/readyz`, `/metrics`) on a local port, for the suites
+//! that run the operator binary.
+
+use std::time::Duration;
+
+use nodewright_e2e::Cluster;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A free local port (bound, then released for the operator to take).
+pub async fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// `GET path` over plain HTTP/1.0: (status code, body); `None` while nothing listens.
+pub async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    get_with_token(port, path, None).await
+}
+
+/// Waits (up to `bound`) until the operator serving `port` reports that it leads.
+pub async fn wait_leading(cluster: &Cluster, port: u16, bound: Duration) {
+    cluster
+        .wait_for("leadership", bound, || async {
+            Ok(get(port, "/metrics")
+                .await
+                .filter(|(_, body)| body.contains("nodewright_operator_is_leader 1")))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `GET path` with `Authorization: Bearer <token>` when given: (status code, body).
+pub async fn get_with_token(port: u16, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n{auth}\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
