@@ -505,15 +505,9 @@ fn table(summary: &Summary, nodes: usize) -> String {
     let confined = faults::confinement();
     let limit = match confined.limits {
         Some(l) => format!(
-            "operator replicas under the chart's default limits ({}): cgroup peak {:.1} MiB{}, OOM kills {}",
+            "operator replicas under the chart's default limits ({}): {}, OOM kills {}",
             l.describe(),
-            confined.peak_bytes as f64 / (1 << 20) as f64,
-            l.memory_bytes
-                .map(|m| format!(
-                    " ({:.0}% of the limit)",
-                    100.0 * confined.peak_bytes as f64 / m as f64
-                ))
-                .unwrap_or_default(),
+            l.peak(confined.peak_bytes),
             confined.oom_kills
         ),
         None => "operator replicas not confined (no writable cgroups here)".to_owned(),
@@ -521,16 +515,10 @@ fn table(summary: &Summary, nodes: usize) -> String {
     let (webhook_rss, webhook_confined, webhook_restarts) = &summary.webhook;
     let webhook = match webhook_confined {
         Some((l, u)) => format!(
-            "webhook (admission path, failurePolicy Fail) under the chart's default limits ({}): peak RSS {:.1} MiB, cgroup peak {:.1} MiB{}, OOM kills {}, restarts {webhook_restarts}",
+            "webhook (admission path, failurePolicy Fail) under the chart's default limits ({}): peak RSS {:.1} MiB, {}, OOM kills {}, restarts {webhook_restarts}",
             l.describe(),
             *webhook_rss as f64 / 1024.0,
-            u.peak_bytes as f64 / (1 << 20) as f64,
-            l.memory_bytes
-                .map(|m| format!(
-                    " ({:.0}% of the limit)",
-                    100.0 * u.peak_bytes as f64 / m as f64
-                ))
-                .unwrap_or_default(),
+            l.peak(u.peak_bytes),
             u.oom_kills
         ),
         None => format!(

@@ -40,7 +40,7 @@ const BOUND: Duration = Duration::from_secs(300);
 /// NodeWrights each client keeps alive.
 const POOL: usize = 4;
 /// The label every churned NodeWright carries (and the list of what is left selects).
-const LABEL: &str = "nodewright-e2e/churn";
+const LABEL: &str = "nodewright-e2e/load=churn";
 
 /// The operator's memory, from /proc/<pid>/status.
 #[derive(Debug, Clone, Copy, Default)]
@@ -157,26 +157,6 @@ fn spawn_operator(
         .expect("operator binary starts")
 }
 
-/// A NodeWright no node matches, with two packages (one depending on the other, one with an
-/// interrupt): the operator has nothing to roll out but a full object to reconcile.
-fn object(name: &str) -> NodeWright {
-    serde_json::from_value(json!({
-        "apiVersion": "nodewright.nvidia.com/v1alpha1",
-        "kind": "NodeWright",
-        "metadata": {"name": name, "labels": {LABEL: "churn"}},
-        "spec": {
-            "nodeSelectors": {"matchLabels": {"nodewright-e2e/none": "none"}},
-            "packages": {
-                "base": {"version": "1.0.0", "image": "ghcr.io/example/base"},
-                "tool": {"version": "1.2.0", "image": "ghcr.io/example/tool",
-                         "dependsOn": {"base": "1.0.0"},
-                         "interrupt": {"type": "service", "services": ["tool"]}},
-            },
-        },
-    }))
-    .expect("NodeWright")
-}
-
 /// One client until `created` reaches `total`: it keeps [`POOL`] NodeWrights; seven operations in
 /// eight annotate one of them, one in eight creates a new one and deletes its oldest. At the end
 /// it deletes what it still has.
@@ -199,7 +179,10 @@ async fn client(
             let name = format!("{prefix}-{id}-{made}");
             made += 1;
             if api
-                .create(&PostParams::default(), &object(&name))
+                .create(
+                    &PostParams::default(),
+                    &nodewright_e2e::churn::unmatched_nodewright(&name, "churn"),
+                )
                 .await
                 .is_ok()
             {

@@ -20,6 +20,7 @@
 
 pub mod binaries;
 pub mod chart;
+pub mod churn;
 pub mod limits;
 
 use std::collections::BTreeMap;

@@ -100,6 +100,18 @@ impl Limits {
         })
     }
 
+    /// `cgroup peak 38.8 MiB (17% of the limit)`: a peak against the memory limit.
+    pub fn peak(&self, peak_bytes: u64) -> String {
+        let mib = peak_bytes as f64 / (1 << 20) as f64;
+        match self.memory_bytes {
+            Some(m) => format!(
+                "cgroup peak {mib:.1} MiB ({:.0}% of the limit)",
+                100.0 * peak_bytes as f64 / m as f64
+            ),
+            None => format!("cgroup peak {mib:.1} MiB"),
+        }
+    }
+
     /// `cpu=1000m memory=232Mi` (or `none`).
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -357,6 +369,7 @@ mod tests {
         assert_eq!(l.cpu_millis, Some(1000));
         assert_eq!(l.memory_bytes, Some(232 << 20));
         assert_eq!(l.describe(), "cpu=1000m memory=232Mi");
+        assert_eq!(l.peak(58 << 20), "cgroup peak 58.0 MiB (25% of the limit)");
         let l = Limits::from_resources(&serde_json::json!({"limits": {"cpu": 2, "memory": "1Gi"}}))
             .expect("limits");
         assert_eq!((l.cpu_millis, l.memory_bytes), (Some(2000), Some(1 << 30)));

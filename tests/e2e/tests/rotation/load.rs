@@ -33,26 +33,6 @@ pub struct Sample {
     pub error: Option<String>,
 }
 
-/// A NodeWright no node matches: the operator has nothing to roll out, the webhooks have a full
-/// object to default and validate (two packages, a dependency, an interrupt).
-fn object(name: &str) -> NodeWright {
-    serde_json::from_value(json!({
-        "apiVersion": "nodewright.nvidia.com/v1alpha1",
-        "kind": "NodeWright",
-        "metadata": {"name": name, "labels": {"nodewright-e2e/load": "rotation"}},
-        "spec": {
-            "nodeSelectors": {"matchLabels": {"nodewright-e2e/none": "none"}},
-            "packages": {
-                "base": {"version": "1.0.0", "image": "ghcr.io/example/base"},
-                "tool": {"version": "1.2.0", "image": "ghcr.io/example/tool",
-                         "dependsOn": {"base": "1.0.0"},
-                         "interrupt": {"type": "service", "services": ["tool"]}},
-            },
-        },
-    }))
-    .expect("NodeWright")
-}
-
 fn message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
@@ -80,7 +60,12 @@ pub async fn client(
         let (op, result) = if create {
             let name = format!("{prefix}-{id}-{made}");
             made += 1;
-            let r = api.create(&PostParams::default(), &object(&name)).await;
+            let r = api
+                .create(
+                    &PostParams::default(),
+                    &nodewright_e2e::churn::unmatched_nodewright(&name, "rotation"),
+                )
+                .await;
             if r.is_ok() {
                 pool.push_back(name);
             }
