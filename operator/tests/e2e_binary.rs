@@ -16,7 +16,8 @@ use tokio::process::Command;
 
 mod support;
 
-use support::admin_http::{free_port, get, get_with_token, wait_leading};
+use nodewright_e2e::process::free_port;
+use support::admin_http::{get, get_with_token, wait_leading};
 
 const BOUND: Duration = Duration::from_secs(180);
 
@@ -28,7 +29,7 @@ async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
         .expect("local control plane");
     let client = cluster.client().await.expect("client");
     let ns = cluster.create_namespace("binary").await.expect("namespace");
-    let port = free_port().await;
+    let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodewright-operator"))
         .env("KUBECONFIG", cluster.kubeconfig_path())
         .env("NAMESPACE", &ns)
@@ -165,7 +166,7 @@ subjects: [{{kind: ServiceAccount, name: scraper, namespace: {ns}}}]
     // both binaries with the option from the chart's env.
     let client = cluster.client().await.expect("client");
     let auth = nodewright_telemetry::MetricsAuth::new(client, "/metrics");
-    let port = free_port().await;
+    let port = free_port();
     let listeners = bind(&[std::net::SocketAddr::from(([127, 0, 0, 1], port))])
         .await
         .expect("bind");

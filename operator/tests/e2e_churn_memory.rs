@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::limits::{Cgroup, Limits};
+use nodewright_e2e::process::{free_port, status_kib};
 use nodewright_e2e::{Cluster, ClusterOptions};
 use nodewright_shared::api::NodeWright;
 use serde_json::{Value, json};
@@ -34,7 +35,7 @@ use tokio::process::{Child, Command};
 
 mod support;
 
-use support::admin_http::{free_port, get, wait_leading};
+use support::admin_http::{get, wait_leading};
 
 const BOUND: Duration = Duration::from_secs(300);
 /// NodeWrights each client keeps alive.
@@ -61,20 +62,9 @@ impl std::fmt::Display for Memory {
 }
 
 fn memory(pid: u32) -> Option<Memory> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status.lines().find_map(|l| {
-            l.strip_prefix(name)?
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()
-        })
-    };
     Some(Memory {
-        rss_kib: field("VmRSS:")?,
-        hwm_kib: field("VmHWM:")?,
+        rss_kib: status_kib(pid, "VmRSS:")?,
+        hwm_kib: status_kib(pid, "VmHWM:")?,
     })
 }
 
@@ -262,7 +252,7 @@ async fn churn(total: usize, clients: usize, checkpoints: &[usize], run: Run) ->
         }
     };
     eprintln!("churn: the chart's operator limits: {}", limits.describe());
-    let port = free_port().await;
+    let port = free_port();
     let logs = std::env::temp_dir().join(format!("{namespace}-operator.log"));
     let mut child = spawn_operator(
         &cluster,

@@ -17,6 +17,7 @@ use kube::api::{Api, PostParams};
 use nodewright_certs::CertificateAuthority;
 use nodewright_e2e::Cluster;
 use nodewright_e2e::limits::{Cgroup, Limits, Usage};
+use nodewright_e2e::process::{free_port, peak_rss_kib};
 use serde_json::Value;
 
 /// The webhook process and what it needs to be started again.
@@ -29,13 +30,6 @@ pub struct Admission {
     /// Times it was started again after exiting.
     pub restarts: usize,
     peak_rss_kib: u64,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
@@ -209,16 +203,4 @@ fn spawn(program: &Path, env: &[(String, String)], log: &Path, cgroup: Option<&C
         .stderr(Stdio::from(file))
         .spawn()
         .expect("webhook binary starts")
-}
-
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }

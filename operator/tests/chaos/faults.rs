@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
 use nodewright_e2e::limits::{Cgroup, Limits};
+use nodewright_e2e::process::peak_rss_kib;
 use nodewright_shared::keys;
 
 /// xorshift64*: small, seedable, the same sequence on every machine.
@@ -138,7 +139,7 @@ impl Replica {
 
     /// Peak RSS (VmHWM) in KiB while it runs.
     pub fn peak_rss_kib(&self) -> u64 {
-        proc_status_kib(self.pid(), "VmHWM:")
+        peak_rss_kib(self.pid())
     }
 }
 
@@ -221,18 +222,6 @@ pub async fn leader(client: &kube::Client, namespace: &str) -> Option<String> {
         .and_then(|l| l.spec)
         .and_then(|s| s.holder_identity)
         .filter(|h| !h.is_empty())
-}
-
-fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -391,7 +380,7 @@ impl ControlPlane {
 
     /// Peak RSS (VmHWM, KiB) of a component.
     pub fn peak_rss_kib(&self, component: &str) -> u64 {
-        proc_status_kib(self.pid(component), "VmHWM:")
+        peak_rss_kib(self.pid(component))
     }
 
     /// SIGSTOP etcd for `pause`, then SIGCONT (also if the caller's future is dropped meanwhile:

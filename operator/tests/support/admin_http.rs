@@ -5,13 +5,7 @@ use std::time::Duration;
 
 use nodewright_e2e::Cluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// A free local port (bound, then released for the operator to take).
-pub async fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    listener.local_addr().expect("addr").port()
-}
+use tokio::net::TcpStream;
 
 /// `GET path` over plain HTTP/1.0: (status code, body); `None` while nothing listens.
 pub async fn get(port: u16, path: &str) -> Option<(u16, String)> {

@@ -22,6 +22,7 @@ pub mod binaries;
 pub mod chart;
 pub mod churn;
 pub mod limits;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -18,13 +18,7 @@ use serde_json::Value;
 
 use super::{container, env, find};
 
-/// A free TCP port on 127.0.0.1 (free when asked; the caller binds it soon after).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use nodewright_e2e::process::free_port;
 
 /// A kubeconfig for the cluster that authenticates with a ServiceAccount token.
 pub async fn token_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, dir: &Path) -> PathBuf {

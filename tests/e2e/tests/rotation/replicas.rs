@@ -94,18 +94,7 @@ fn slice_name(service: &str, replica: &str) -> String {
     format!("{service}-local-{replica}")
 }
 
-/// `VmHWM` of `pid` in KiB (0 once it is gone).
-pub fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
+pub use nodewright_e2e::process::peak_rss_kib;
 
 impl Replica {
     pub fn new(
