@@ -554,8 +554,9 @@ fn seed() -> u64 {
 async fn run_and_report(trials: usize, nodes: usize) {
     // The faults stop and start the local control plane's own processes.
     if std::env::var_os("NODEWRIGHT_E2E_KUBECONFIG").is_some() {
-        eprintln!(
-            "SKIPPED chaos: needs the local control plane (NODEWRIGHT_E2E_KUBECONFIG is set)"
+        nodewright_e2e::skip::skip(
+            "chaos",
+            "needs the local control plane (NODEWRIGHT_E2E_KUBECONFIG is set)",
         );
         return;
     }

@@ -269,8 +269,16 @@ async fn lease_election_on_a_real_apiserver() {
     // Lease would have expired.
     let phase = Instant::now();
     let old_term_ended = leader.terms.clone();
+    let old_identity = leader.identity.clone();
     leader.stop().await;
-    let stopped = Instant::now();
+    // `stop` returns once the Lease is released: it no longer names the old leader (no holder,
+    // or already the standby). A takeover by expiry would find it still naming the old leader.
+    let after_stop = holder(&leases).await;
+    assert_ne!(
+        after_stop.as_deref(),
+        Some(old_identity.as_str()),
+        "the Lease was not released on graceful shutdown: standbys would wait for its expiry"
+    );
     wait_until("the old leader's term ended with its elector", || {
         old_term_ended
             .lock()
@@ -280,10 +288,7 @@ async fn lease_election_on_a_real_apiserver() {
     })
     .await;
     let took = wait_until("the standby leads after the release", || standby.leads()).await;
-    assert!(
-        stopped.elapsed() < timings().lease_duration,
-        "the standby took over after {took:?}: the release did not work (it waited for expiry)"
-    );
+    eprintln!("the standby took over {took:?} after the release");
     assert_eq!(
         holder(&leases).await.as_deref(),
         Some(standby.identity.as_str())
@@ -324,9 +329,12 @@ async fn lease_election_on_a_real_apiserver() {
         .last_lost()
         .expect("the term ended")
         .duration_since(stolen);
-    assert!(
-        noticed < timings().renew_deadline,
-        "the loss was noticed after {noticed:?}, not at the next renewal"
+    eprintln!("the robbed leader noticed the loss after {noticed:?}");
+    assert_eq!(
+        holder(&leases).await.as_deref(),
+        Some("intruder"),
+        "the robbed leader stopped while the intruder's lease was live (at its next renewal, \
+         not once that lease expired)"
     );
     assert!(
         !c.leads(),

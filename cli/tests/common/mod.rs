@@ -169,11 +169,11 @@ pub async fn skip_without_kwok_logs(cluster: &Cluster, test: &str) -> bool {
     {
         return false;
     }
-    eprintln!(
-        "SKIPPED {test}: needs kwok's Logs CRD (kwokctl enableCRDs: [Logs], as tests/controlplane/up.sh \
-         sets), which this cluster does not have"
-    );
-    true
+    nodewright_e2e::skip::skip(
+        test,
+        "needs kwok's Logs CRD (kwokctl enableCRDs: [Logs], as tests/controlplane/up.sh sets), \
+         which this cluster does not have",
+    )
 }
 
 /// Writes a log file in the CRI format the kubelet (and kwok) serve logs from.

@@ -23,6 +23,7 @@ pub mod chart;
 pub mod churn;
 pub mod limits;
 pub mod process;
+pub mod skip;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -658,12 +659,14 @@ impl Cluster {
         if self.pod_fates {
             return false;
         }
-        eprintln!(
-            "SKIPPED {test}: needs kwok pod fates (tests/controlplane/stages) which the external \
-             cluster does not run; set {ENV_EXTERNAL_KWOK}=1 if it does, or unset \
-             {ENV_EXTERNAL_KUBECONFIG} to use the local control plane"
-        );
-        true
+        skip::skip(
+            test,
+            &format!(
+                "needs kwok pod fates (tests/controlplane/stages) which the external cluster does \
+                 not run; set {ENV_EXTERNAL_KWOK}=1 if it does, or unset \
+                 {ENV_EXTERNAL_KUBECONFIG} to use the local control plane"
+            ),
+        )
     }
 
     /// Path of one of the built binaries (kubectl, helm, kwokctl, ...); `None` for an external

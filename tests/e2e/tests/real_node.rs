@@ -59,11 +59,13 @@ fn enabled() -> bool {
     if std::env::var_os(ENV_IMAGES_DIR).is_some() {
         return true;
     }
-    eprintln!(
-        "real_node: skipped: {ENV_IMAGES_DIR} is not set (tests/run-all.sh builds the test images \
-         with tests/images/build.sh and sets it; the real node needs root)"
-    );
-    false
+    !nodewright_e2e::skip::skip(
+        "real_node",
+        &format!(
+            "{ENV_IMAGES_DIR} is not set (tests/run-all.sh builds the test images with \
+             tests/images/build.sh and sets it; the real node needs root)"
+        ),
+    )
 }
 
 #[tokio::test]

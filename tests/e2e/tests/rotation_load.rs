@@ -210,8 +210,9 @@ async fn run(schedule: Schedule) {
         Err(why) => {
             // As the real-node suite: the Service's endpoints need an address on `lo`, which only
             // root can add.
-            eprintln!(
-                "rotation_load: skipped, the replicas' endpoint address cannot be set up: {why}"
+            nodewright_e2e::skip::skip(
+                "rotation_load",
+                &format!("the replicas' endpoint address cannot be set up: {why}"),
             );
             return;
         }
