@@ -69,6 +69,7 @@ fn kubelet_publish(dir: &Path, generation: usize, cert: &str, key: &str) {
 fn app_state(certs: &Arc<CertStore>) -> Arc<AppState> {
     Arc::new(AppState {
         defaults: OperatorDefaults::default(),
+        restrictions: Default::default(),
         cluster: Arc::new(StaticView {
             policies: vec!["gpu-rollout".into()],
             users: vec![],
