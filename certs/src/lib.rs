@@ -195,6 +195,7 @@ pub fn service_names(service: &str, namespace: &str, cluster_domain: &str) -> Ve
 mod tests {
     use super::*;
     use rustls::client::danger::ServerCertVerifier;
+    use rustls_pki_types::pem::PemObject;
     use std::sync::Arc;
 
     const DAY: Duration = Duration::from_secs(86_400);
@@ -203,16 +204,17 @@ mod tests {
     fn verify(ca: &PemPair, leaf: &PemPair, name: &str) -> Result<(), rustls::Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_pemfile::certs(&mut ca.cert_pem.as_bytes()) {
+        for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.cert_pem.as_bytes()) {
             roots.add(c.expect("ca pem")).expect("root");
         }
         let verifier =
             rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .expect("verifier");
-        let chain: Vec<_> = rustls_pemfile::certs(&mut leaf.cert_pem.as_bytes())
-            .map(|c| c.expect("pem"))
-            .collect();
+        let chain: Vec<_> =
+            rustls_pki_types::CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+                .map(|c| c.expect("pem"))
+                .collect();
         let server_name = rustls::pki_types::ServerName::try_from(name.to_owned()).expect("name");
         verifier
             .verify_server_cert(

@@ -13,14 +13,33 @@ use nodewright_certs::CertificateAuthority;
 const USAGE: &str =
     "usage: nodewright-certs generate --dir DIR --name NAME [--name NAME...] [--days N]";
 
+/// Writes `text` to `path` through a new file created with its final mode (0600 for a private
+/// key, 0644 otherwise) and renamed into place. Never chmod afterwards: a key written into an
+/// existing or just-created readable file can be read between the write and the chmod, and by
+/// anyone who opened (or hard-linked) that file before, whatever its mode becomes.
 fn write(path: PathBuf, text: &str, private: bool) -> Result<(), String> {
-    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    if private {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("cannot restrict {}: {e}", path.display()))?;
-    }
-    Ok(())
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| format!("{} is not a file path", path.display()))?;
+    let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if private { 0o600 } else { 0o644 })
+        .open(&temporary);
+    let result = created
+        .and_then(|mut file| {
+            file.write_all(text.as_bytes())?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temporary, &path));
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&temporary);
+        format!("cannot write {}: {e}", path.display())
+    })
 }
 
 fn run(args: &[String]) -> Result<(), String> {

@@ -13,6 +13,7 @@ use nodewright_certs::material::{self, Material};
 use nodewright_certs::rotation::{
     CaAction, CaReason, Plan, Policy, ServingAction, ServingReason, plan,
 };
+use rustls_pki_types::pem::PemObject;
 use time::OffsetDateTime;
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -28,12 +29,12 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// One handshake: a server on 127.0.0.1 presenting `serving`, a client trusting `bundle` and
 /// expecting `name`. Ok when the client accepted the certificate.
 fn handshake(bundle: &str, serving: &PemPair, name: &str) -> Result<(), String> {
-    let chain: Vec<_> = rustls_pemfile::certs(&mut serving.cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("serving pem: {e}"))?;
-    let key = rustls_pemfile::private_key(&mut serving.key_pem.as_bytes())
-        .map_err(|e| format!("key pem: {e}"))?
-        .ok_or("no key")?;
+    let chain: Vec<_> =
+        rustls_pki_types::CertificateDer::pem_slice_iter(serving.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("serving pem: {e}"))?;
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())
+        .map_err(|e| format!("key pem: {e}"))?;
     let server = Arc::new(
         rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
@@ -43,7 +44,7 @@ fn handshake(bundle: &str, serving: &PemPair, name: &str) -> Result<(), String> 
             .map_err(|e| e.to_string())?,
     );
     let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut bundle.as_bytes()) {
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(bundle.as_bytes()) {
         roots
             .add(c.map_err(|e| format!("bundle pem: {e}"))?)
             .map_err(|e| format!("bundle root: {e}"))?;

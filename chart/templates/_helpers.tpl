@@ -40,6 +40,17 @@ even releases with the same name in different namespaces.
 {{- end -}}
 {{- end -}}
 
+{{/* Secrets of the release namespace no package may read through env[].valueFrom.secretKeyRef
+(package pods run there): the webhook's CA and serving certificate, the pull secrets the chart
+names, and admission.protectedSecrets. Comma-separated, for WEBHOOK_PROTECTED_SECRETS. */}}
+{{- define "nodewright.protectedSecrets" -}}
+{{- $names := list (include "nodewright.caSecretName" .) (include "nodewright.tlsSecretName" .) -}}
+{{- with .Values.operator.packageImagePullSecret }}{{ $names = append $names . }}{{ end -}}
+{{- range .Values.imagePullSecrets }}{{ $names = append $names . }}{{ end -}}
+{{- range .Values.admission.protectedSecrets }}{{ $names = append $names . }}{{ end -}}
+{{- $names | compact | uniq | join "," -}}
+{{- end -}}
+
 {{/* Both webhook configurations share this name (they are different kinds). */}}
 {{- define "nodewright.webhookConfigName" -}}{{ include "nodewright.clusterName" . }}-webhook{{- end -}}
 

@@ -66,8 +66,22 @@ async fn serve(
     let leader_metrics = metrics.leader();
     let state_metrics = metrics.state();
     let readiness = Readiness::waiting_for(["nodes"]);
-    let listeners = match admin::bind(&[config.metrics_listen, config.probe_listen]).await {
-        Ok(l) => l,
+    // METRICS_AUTH: scrapes are reviewed with the operator's own client (TokenReview, then
+    // SubjectAccessReview of get /metrics).
+    let auth = config
+        .metrics_auth
+        .then(|| nodewright_telemetry::MetricsAuth::new(client.clone(), "/metrics"));
+    // /metrics on METRICS_LISTEN only, the probes on PROBE_LISTEN only.
+    let served = match admin::bind_split(
+        config.metrics_listen,
+        config.probe_listen,
+        Arc::new(metrics),
+        readiness.clone(),
+        auth,
+    )
+    .await
+    {
+        Ok(s) => s,
         Err(e) => {
             error!(error = %e, "cannot start the admin server");
             return ExitCode::from(1);
@@ -75,16 +89,7 @@ async fn serve(
     };
     let shutdown = CancellationToken::new();
     let admin_stop = CancellationToken::new();
-    // METRICS_AUTH: scrapes are reviewed with the operator's own client (TokenReview, then
-    // SubjectAccessReview of get /metrics).
-    let auth = config
-        .metrics_auth
-        .then(|| nodewright_telemetry::MetricsAuth::new(client.clone(), "/metrics"));
-    let admin_task = tokio::spawn(admin::serve(
-        listeners,
-        admin::router_with_auth(Arc::new(metrics), readiness.clone(), auth),
-        admin_stop.clone(),
-    ));
+    let admin_task = tokio::spawn(admin::serve_each(served, admin_stop.clone()));
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let options = RunOptions {
         readiness: Some(readiness),

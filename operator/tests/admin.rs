@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode, header};
 use nodewright_operator::metrics::Metrics;
-use nodewright_operator::runtime::admin::{Readiness, bind, router, serve};
+use nodewright_operator::runtime::admin::{Readiness, bind, bind_split, router, serve, serve_each};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -126,6 +126,92 @@ async fn serves_on_a_socket_until_shutdown() {
     let err = bind(&[local]).await.expect_err("in use");
     assert!(err.to_string().contains(&local.to_string()), "{err}");
 
+    shutdown.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("stops on shutdown")
+        .expect("no panic")
+        .expect("no error");
+}
+
+/// `GET path` over a fresh HTTP/1.1 connection to `port`: the status code.
+async fn status_on(port: u16, path: &str) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connects");
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response");
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {response}"))
+}
+
+/// Issue 22, item 11: the probe port (which the NetworkPolicy leaves open for the kubelet) serves
+/// the probes and not `/metrics`; the metrics port serves `/metrics` and not the probes; one
+/// address for both serves everything.
+#[tokio::test]
+async fn metrics_only_on_the_metrics_port_probes_only_on_the_probe_port() {
+    let metrics_port = nodewright_e2e::process::free_port();
+    let probe_port = loop {
+        let port = nodewright_e2e::process::free_port();
+        if port != metrics_port {
+            break port;
+        }
+    };
+    let addr = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let served = bind_split(
+        addr(metrics_port),
+        addr(probe_port),
+        Arc::new(Metrics::new()),
+        Readiness::default(),
+        None,
+    )
+    .await
+    .expect("binds");
+    assert_eq!(served.len(), 2);
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve_each(served, shutdown.clone()));
+    assert_eq!(status_on(probe_port, "/metrics").await, 404);
+    assert_eq!(status_on(probe_port, "/healthz").await, 200);
+    assert_eq!(status_on(probe_port, "/readyz").await, 200);
+    assert_eq!(status_on(metrics_port, "/metrics").await, 200);
+    assert_eq!(status_on(metrics_port, "/healthz").await, 404);
+    assert_eq!(status_on(metrics_port, "/readyz").await, 404);
+    shutdown.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("stops on shutdown")
+        .expect("no panic")
+        .expect("no error");
+
+    // METRICS_LISTEN == PROBE_LISTEN: one listener, everything on it.
+    let shared = nodewright_e2e::process::free_port();
+    let served = bind_split(
+        addr(shared),
+        addr(shared),
+        Arc::new(Metrics::new()),
+        Readiness::default(),
+        None,
+    )
+    .await
+    .expect("binds");
+    assert_eq!(served.len(), 1);
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve_each(served, shutdown.clone()));
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        assert_eq!(status_on(shared, path).await, 200, "{path}");
+    }
     shutdown.cancel();
     tokio::time::timeout(std::time::Duration::from_secs(10), server)
         .await

@@ -62,6 +62,20 @@ pub fn matches(pattern: &str, name: &str) -> Result<bool, BadPattern> {
     Ok(name.is_empty())
 }
 
+/// Whether all of `pattern` is well formed, wherever matching would reach (Go's `path.Match` check
+/// of the rest of a pattern). For patterns given as configuration (the webhook's
+/// `WEBHOOK_ALLOWED_IMAGES`): a malformed one must stop the program at startup, naming it, rather
+/// than silently match nothing.
+pub fn check(pattern: &str) -> Result<(), BadPattern> {
+    let mut rest = pattern.as_bytes();
+    while !rest.is_empty() {
+        let (_, chunk, tail) = scan_chunk(rest);
+        match_chunk(chunk, b"")?;
+        rest = tail;
+    }
+    Ok(())
+}
+
 /// Splits off leading stars and the chunk up to the next star outside a class.
 fn scan_chunk(mut pattern: &[u8]) -> (bool, &[u8], &[u8]) {
     let mut star = false;
@@ -345,6 +359,26 @@ mod tests {
         ("a*b*[", "ax", Ok(false)),
         ("z[a-", "y", Err(BadPattern)),
     ];
+
+    #[test]
+    fn check_finds_errors_matching_would_not_reach() {
+        for good in [
+            "ghcr.io/acme/*",
+            "*",
+            "",
+            "a[bc]d?",
+            "reg:5000/x/*",
+            r"a\*b",
+            "[^a-z]*",
+        ] {
+            assert_eq!(check(good), Ok(()), "{good}");
+        }
+        for bad in ["ghcr.io/[", "x*[", r"a\", "[]a]", "[a-]", "*[z-"] {
+            assert_eq!(check(bad), Err(BadPattern), "{bad}");
+        }
+        // What makes `check` necessary: matching can stop before the error.
+        assert_eq!(matches("x*[", "abc"), Ok(false));
+    }
 
     #[test]
     fn agrees_with_go_filepath_match() {

@@ -8,12 +8,13 @@
 //! Answers: 401 without a token or with one the apiserver does not accept, 403 when the identity
 //! may not read metrics, 503 when the apiserver cannot be asked (nothing is served unverified).
 //! Decisions are cached for [`CACHE_TTL`] per token (by its SHA-256 digest, never the token
-//! itself), so a scrape every 15 s costs two small API calls at most; the cache is bounded.
+//! itself), so a scrape every 15 s costs two small API calls at most; the cache holds at most
+//! [`CACHE_SIZE`] tokens and evicts the least recently used ([`crate::lru`]), so a client cycling
+//! through tokens cannot flush the scrapers' decisions.
 //!
 //! The service's own ServiceAccount needs `create` on `tokenreviews` and `subjectaccessreviews`
 //! (the chart grants it when the option is on).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,10 +30,12 @@ use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
+use crate::lru::Lru;
+
 /// How long a decision (allowed or not) is reused for the same token: as long as the apiserver's
 /// own delegated authenticator and authorizer cache theirs by default.
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
-/// Most tokens remembered; past it, expired decisions are dropped, then everything.
+/// Most tokens remembered; past it, the least recently used is dropped.
 pub const CACHE_SIZE: usize = 256;
 
 /// What the apiserver said about one request.
@@ -69,7 +72,7 @@ pub enum AuthError {
 }
 
 /// Decisions by token digest, with the time they were made.
-type Decisions = HashMap<[u8; 32], (Instant, AuthDecision)>;
+type Decisions = Lru<[u8; 32], (Instant, AuthDecision)>;
 
 /// Checks bearer tokens against the apiserver, with a short cache. Cheap to clone.
 #[derive(Clone)]
@@ -101,12 +104,12 @@ impl MetricsAuth {
         MetricsAuth {
             client,
             path: path.into(),
-            cache: Arc::default(),
+            cache: Arc::new(Mutex::new(Lru::new(CACHE_SIZE))),
         }
     }
 
     fn cached(&self, key: &[u8; 32]) -> Option<AuthDecision> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache
             .get(key)
             .filter(|(at, _)| at.elapsed() < CACHE_TTL)
@@ -115,12 +118,6 @@ impl MetricsAuth {
 
     fn remember(&self, key: [u8; 32], decision: &AuthDecision) {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= CACHE_SIZE {
-            cache.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
-            if cache.len() >= CACHE_SIZE {
-                cache.clear();
-            }
-        }
         cache.insert(key, (Instant::now(), decision.clone()));
     }
 
@@ -249,6 +246,32 @@ pub async fn require(State(auth): State<MetricsAuth>, request: Request, next: Ne
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    /// Issue 22, item 11: a client cycling through tokens used to fill the cache, which was then
+    /// cleared wholesale (every scraper's decision with it); now only the least recently used
+    /// decision goes.
+    #[tokio::test]
+    async fn many_new_tokens_do_not_flush_a_scrapers_decision() {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().expect("url"));
+        let auth = MetricsAuth::new(kube::Client::try_from(config).expect("client"), "/metrics");
+        let scraper = [0xff; 32];
+        let allowed = AuthDecision::Allowed {
+            user: "system:serviceaccount:monitoring:prometheus".to_owned(),
+        };
+        auth.remember(scraper, &allowed);
+        for i in 0..(4 * CACHE_SIZE as u32) {
+            let mut key = [0; 32];
+            key[..4].copy_from_slice(&i.to_be_bytes());
+            auth.remember(key, &AuthDecision::Unauthenticated("bad".to_owned()));
+            assert_eq!(
+                auth.cached(&scraper).as_ref(),
+                Some(&allowed),
+                "after {i} other tokens"
+            );
+        }
+        let len = auth.cache.lock().map(|c| c.len()).unwrap_or_default();
+        assert_eq!(len, CACHE_SIZE);
+    }
 
     #[test]
     fn bearer_tokens_are_read_from_the_authorization_header() {

@@ -9,6 +9,7 @@
 //!   kube-rbac-proxy does in front of a service, but in-process: no sidecar, no second port.
 
 pub mod auth;
+pub mod lru;
 pub mod process;
 
 pub use auth::{AuthDecision, MetricsAuth};

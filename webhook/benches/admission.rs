@@ -121,6 +121,7 @@ fn handler_work(c: &mut Criterion<ThreadCpuTime>) {
 fn through_router(c: &mut Criterion<ThreadCpuTime>) {
     let state = Arc::new(AppState {
         defaults: OperatorDefaults::default(),
+        restrictions: Default::default(),
         cluster: Arc::new(view()),
         metrics: Metrics::new(),
         ready: Readiness::new(CertStore::new()),

@@ -11,6 +11,8 @@ use clap::Parser;
 use nodewright_shared::defaults::{DefaultsError, OperatorDefaults};
 use nodewright_shared::duration::GoDuration;
 
+use crate::rules::Restrictions;
+
 /// NodeWright admission webhook: fills defaults into and validates NodeWright and DeploymentPolicy
 /// objects for the kube-apiserver, over HTTPS.
 #[derive(Debug, Clone, Parser)]
@@ -68,6 +70,26 @@ pub struct Args {
     /// that into a failed create/update).
     #[arg(long, env = "WEBHOOK_SHUTDOWN_DELAY", default_value = "5s")]
     pub shutdown_delay: String,
+
+    /// Admit NodeWrights whose `additionalTolerations` tolerate the control-plane taint (its key,
+    /// or a key-less `Exists`), i.e. whose privileged package pods may run on control-plane nodes.
+    /// `true` or `false` (as WEBHOOK_METRICS_AUTH); chart value `admission.allowControlPlaneNodes`.
+    #[arg(
+        long,
+        env = "WEBHOOK_ALLOW_CONTROL_PLANE_NODES",
+        default_value = "false"
+    )]
+    pub allow_control_plane_nodes: String,
+
+    /// Image-reference globs (comma-separated; `*` does not cross `/`) a package `image` and
+    /// `agentImageOverride` must match; empty allows any image. Chart value `admission.allowedImages`.
+    #[arg(long, env = "WEBHOOK_ALLOWED_IMAGES", default_value = "")]
+    pub allowed_images: String,
+
+    /// Names of Secrets (comma-separated) no package may read through
+    /// `env[].valueFrom.secretKeyRef`: the chart's own, in the namespace package pods run in.
+    #[arg(long, env = "WEBHOOK_PROTECTED_SECRETS", default_value = "")]
+    pub protected_secrets: String,
 
     /// Log format: `json` or `text`.
     #[arg(long, env = "LOG_FORMAT", default_value = "json")]
@@ -176,6 +198,8 @@ pub struct Config {
     pub log_level: String,
     /// Operator defaults (shared with the operator), used for stageTimeout defaulting.
     pub defaults: OperatorDefaults,
+    /// The administrator's admission restrictions.
+    pub restrictions: Restrictions,
 }
 
 /// Everything wrong with the configuration.
@@ -305,16 +329,43 @@ impl Args {
                 None
             }
         };
-        let metrics_auth = match self.metrics_auth.trim() {
-            "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-            "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-            other => {
+        let mut boolean = |flag: &str, env: &str, value: &str| match parse_bool(value) {
+            Some(b) => Some(b),
+            None => {
                 problems.push(format!(
-                    "--metrics-auth (WEBHOOK_METRICS_AUTH)={other:?} must be true or false (also 1/0, t/f, TRUE/FALSE; default false)"
+                    "--{flag} ({env})={:?} must be true or false (also 1/0, t/f, TRUE/FALSE; default false)",
+                    value.trim()
                 ));
                 None
             }
         };
+        let metrics_auth = boolean("metrics-auth", "WEBHOOK_METRICS_AUTH", &self.metrics_auth);
+        let allow_control_plane_nodes = boolean(
+            "allow-control-plane-nodes",
+            "WEBHOOK_ALLOW_CONTROL_PLANE_NODES",
+            &self.allow_control_plane_nodes,
+        );
+        let allowed_images = list(&self.allowed_images);
+        for pattern in &allowed_images {
+            if let Err(e) = nodewright_shared::glob::check(pattern) {
+                problems.push(format!(
+                    "--allowed-images (WEBHOOK_ALLOWED_IMAGES) pattern {pattern:?} is malformed ({e}): write image-reference globs such as ghcr.io/acme/* ('*' and '?' within one path component, [a-z] classes), separated by commas"
+                ));
+            }
+            if pattern.chars().any(char::is_whitespace) {
+                problems.push(format!(
+                    "--allowed-images (WEBHOOK_ALLOWED_IMAGES) pattern {pattern:?} contains whitespace: image references have none"
+                ));
+            }
+        }
+        let protected_secrets = list(&self.protected_secrets);
+        for name in &protected_secrets {
+            if !is_dns_subdomain(name) {
+                problems.push(format!(
+                    "--protected-secrets (WEBHOOK_PROTECTED_SECRETS) name {name:?} is not a Secret name: use lowercase letters, digits, '-' and '.', separated by commas"
+                ));
+            }
+        }
         let log_format = match self.log_format.as_str() {
             "json" => Some(LogFormat::Json),
             "text" => Some(LogFormat::Text),
@@ -351,6 +402,7 @@ impl Args {
             defaults,
             max_body_bytes,
             metrics_auth,
+            allow_control_plane_nodes,
         ) {
             (
                 Some(listen),
@@ -364,6 +416,7 @@ impl Args {
                 Some(defaults),
                 Some(max_body_bytes),
                 Some(metrics_auth),
+                Some(allow_control_plane_nodes),
             ) if problems.is_empty() => Ok(Config {
                 listen,
                 metrics_listen,
@@ -377,10 +430,47 @@ impl Args {
                 log_format,
                 log_level: self.log_level,
                 defaults,
+                restrictions: Restrictions {
+                    allow_control_plane_nodes,
+                    allowed_images,
+                    protected_secrets,
+                },
             }),
             _ => Err(ConfigError { problems }),
         }
     }
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads it (the operator's flags use the same).
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// A comma-separated list, items trimmed, empty items dropped (so `""` is the empty list).
+fn list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether `name` is a DNS subdomain (RFC 1123), what a Secret's name must be.
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 #[cfg(test)]
@@ -503,9 +593,66 @@ mod tests {
     }
 
     #[test]
+    fn admission_restrictions_are_read_and_checked_naming_their_variables() {
+        let base = ["--tls-cert-file", "/c", "--tls-key-file", "/k"];
+        let check = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            args(&all).validate_with(Ok(OperatorDefaults::default()))
+        };
+        assert_eq!(
+            check(&[]).expect("defaults").restrictions,
+            Restrictions::default()
+        );
+        let cfg = check(&[
+            "--allow-control-plane-nodes",
+            "true",
+            "--allowed-images",
+            " ghcr.io/acme/*, registry.example.com:5000/* ,",
+            "--protected-secrets",
+            "nw-nodewright-webhook-ca,nw-nodewright-webhook-tls",
+        ])
+        .expect("valid");
+        assert_eq!(
+            cfg.restrictions,
+            Restrictions {
+                allow_control_plane_nodes: true,
+                allowed_images: vec![
+                    "ghcr.io/acme/*".to_owned(),
+                    "registry.example.com:5000/*".to_owned()
+                ],
+                protected_secrets: vec![
+                    "nw-nodewright-webhook-ca".to_owned(),
+                    "nw-nodewright-webhook-tls".to_owned()
+                ],
+            }
+        );
+        for (flag, value, needle) in [
+            (
+                "--allow-control-plane-nodes",
+                "yes",
+                "--allow-control-plane-nodes (WEBHOOK_ALLOW_CONTROL_PLANE_NODES)=\"yes\"",
+            ),
+            (
+                "--allowed-images",
+                "ghcr.io/acme/*,ghcr.io/[",
+                "--allowed-images (WEBHOOK_ALLOWED_IMAGES) pattern \"ghcr.io/[\" is malformed",
+            ),
+            (
+                "--protected-secrets",
+                "Not_A_Name",
+                "--protected-secrets (WEBHOOK_PROTECTED_SECRETS) name \"Not_A_Name\"",
+            ),
+        ] {
+            let err = check(&[flag, value]).expect_err(value);
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+    }
+
+    #[test]
     fn every_flag_has_its_variable() {
         let vars = env_vars();
-        assert_eq!(vars.len(), 13, "{vars:?}");
+        assert_eq!(vars.len(), 16, "{vars:?}");
         assert!(
             vars.iter()
                 .all(|v| v.starts_with("WEBHOOK_") || v.starts_with("LOG_"))

@@ -125,8 +125,15 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         });
     }
 
+    info!(
+        allow_control_plane_nodes = config.restrictions.allow_control_plane_nodes,
+        allowed_images = ?config.restrictions.allowed_images,
+        protected_secrets = ?config.restrictions.protected_secrets,
+        "admission restrictions"
+    );
     let state = Arc::new(AppState {
         defaults: config.defaults.clone(),
+        restrictions: config.restrictions.clone(),
         cluster: Arc::new(cache),
         metrics: metrics.clone(),
         ready: ready.clone(),

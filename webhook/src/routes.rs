@@ -17,6 +17,7 @@ use tracing::{Instrument, info, info_span};
 use crate::admission::{self, Webhook};
 use crate::cache::SharedView;
 use crate::metrics::{Metrics, RequestLabels, WebhookLabel};
+use crate::rules::Restrictions;
 use crate::tls::CertStore;
 
 /// What /readyz checks: a certificate is loaded, the caches have synced, and we are not draining.
@@ -60,6 +61,8 @@ pub struct AppState {
     pub defaults: OperatorDefaults,
     /// Cluster view for the rules.
     pub cluster: SharedView,
+    /// The administrator's admission restrictions (chart values `admission.*`).
+    pub restrictions: Restrictions,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Readiness.
@@ -74,7 +77,13 @@ async fn admit(webhook: Webhook, state: Arc<AppState>, body: Bytes) -> Response 
         uid = tracing::field::Empty
     );
     async move {
-        let answer = admission::review(webhook, &body, &state.defaults, state.cluster.as_ref());
+        let answer = admission::review_restricted(
+            webhook,
+            &body,
+            &state.defaults,
+            &state.restrictions,
+            state.cluster.as_ref(),
+        );
         let uid = answer
             .review
             .response

@@ -22,6 +22,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::metrics::gauge::Gauge;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -36,7 +38,7 @@ pub enum TlsError {
     NoKey,
     /// The PEM data is malformed.
     #[error("malformed PEM: {0}")]
-    Pem(#[source] std::io::Error),
+    Pem(#[source] pem::Error),
     /// The key is unusable or does not belong to the certificate.
     #[error("certificate and key do not form a usable pair: {0}")]
     Pair(#[source] rustls::Error),
@@ -57,15 +59,17 @@ pub enum TlsError {
 /// Parses a PEM certificate chain and private key into a pair rustls can serve, checking that the key
 /// belongs to the leaf certificate.
 pub fn load_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
-    let certs: Vec<_> = rustls_pemfile::certs(&mut &*cert_pem)
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .map_err(TlsError::Pem)?;
     if certs.is_empty() {
         return Err(TlsError::NoCertificate);
     }
-    let key = rustls_pemfile::private_key(&mut &*key_pem)
-        .map_err(TlsError::Pem)?
-        .ok_or(TlsError::NoKey)?;
+    let key = match PrivateKeyDer::from_pem_slice(key_pem) {
+        Ok(key) => key,
+        Err(pem::Error::NoItemsFound) => return Err(TlsError::NoKey),
+        Err(e) => return Err(TlsError::Pem(e)),
+    };
     CertifiedKey::from_der(certs, key, &rustls::crypto::ring::default_provider())
         .map_err(TlsError::Pair)
 }

@@ -1,6 +1,8 @@
 //! The webhook as a user meets it: the real binary on 127.0.0.1 with a test CA, registered with a
 //! real kube-apiserver (local control plane) through a Mutating- and a ValidatingWebhookConfiguration
-//! with `clientConfig.url`; then `kubectl apply` of every example.
+//! with `clientConfig.url`; then `kubectl apply` of every example, and of NodeWrights the
+//! administrator's restrictions (`admission.*` chart values, as the webhook's environment) refuse
+//! or warn about.
 
 mod support;
 
@@ -201,4 +203,226 @@ async fn kubectl_apply_is_defaulted_and_validated_by_the_webhook() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     deleted.expect("an unused policy can be deleted");
+}
+
+/// `kubectl apply -f -` of `manifest`: (success, stdout and stderr), so warnings are seen too.
+async fn apply(cluster: &Cluster, manifest: &str) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let kubectl = cluster
+        .binary("kubectl")
+        .unwrap_or_else(|| "kubectl".into());
+    let mut child = tokio::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(manifest.as_bytes())
+        .await
+        .expect("write manifest");
+    drop(stdin);
+    let out = child.wait_with_output().await.expect("kubectl output");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A NodeWright `name` with one package `tool` of `image` (and `extra` lines under the package),
+/// and `spec_extra` lines under spec.
+fn nodewright(name: &str, image: &str, extra: &str, spec_extra: &str) -> String {
+    format!(
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: {name}\nspec:\n  nodeSelectors:\n    matchLabels:\n      type: kwok\n{spec_extra}  packages:\n    tool:\n      version: 1.0.0\n      image: {image}\n{extra}"
+    )
+}
+
+/// Registers `webhook` with the cluster and waits until the apiserver calls it.
+async fn register(cluster: &Cluster, webhook: &support::Webhook, ca: &str, dir: &std::path::Path) {
+    let configs = dir.join("webhooks.yaml");
+    std::fs::write(&configs, webhook_configurations(webhook.port, ca)).expect("write configs");
+    cluster
+        .kubectl(&["apply", "-f", &configs.to_string_lossy()])
+        .await
+        .expect("register webhooks");
+    // The apiserver may need a moment before it calls a just-registered webhook: a probe object
+    // that only this webhook's restrictions refuse tells when it does.
+    let probe = nodewright(
+        "probe",
+        "ghcr.io/acme/probe",
+        "",
+        "  additionalTolerations:\n    - operator: Exists\n",
+    );
+    for _ in 0..100 {
+        let (ok, out) = apply(cluster, &probe).await;
+        let _ = cluster
+            .kubectl(&["delete", "nw", "probe", "--ignore-not-found"])
+            .await;
+        // Answered by this webhook: refused by its restrictions, or admitted and logged by it.
+        let called = webhook.log().contains("validate-nodewright");
+        if called && (ok || out.contains("admission.allowControlPlaneNodes")) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "the apiserver never called the webhook; its log:\n{}",
+        webhook.log()
+    );
+}
+
+/// Issue 22, items 2 and 3: with the chart's defaults, a NodeWright whose tolerations reach
+/// control-plane nodes is refused naming the toleration and `admission.allowControlPlaneNodes`;
+/// with `admission.allowedImages` set, a package image or agentImageOverride outside it is refused
+/// naming the package and the list; a package pulled by tag is admitted with a warning kubectl
+/// prints; and with `admission.allowControlPlaneNodes=true` the toleration is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_meets_the_administrators_restrictions() {
+    let cluster = Cluster::start(ClusterOptions {
+        nodes: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .expect("local control plane starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = write_certs(dir.path());
+    // As the chart renders the values admission.allowedImages=[ghcr.io/acme/*, docker.io/library/*]
+    // and (default) admission.allowControlPlaneNodes=false.
+    let webhook = start_webhook(
+        cluster.kubeconfig_path(),
+        dir.path(),
+        &[
+            (
+                "WEBHOOK_ALLOWED_IMAGES",
+                "ghcr.io/acme/*,docker.io/library/*",
+            ),
+            ("WEBHOOK_ALLOW_CONTROL_PLANE_NODES", "false"),
+        ],
+    );
+    wait_ready(&webhook, &ca).await;
+    register(&cluster, &webhook, &ca, dir.path()).await;
+    let log = || webhook.log();
+
+    let mut failures = Vec::new();
+    let mut refused = |what: &str, manifest: String, needles: &[&str], outcome: (bool, String)| {
+        let (ok, out) = outcome;
+        if ok || !needles.iter().all(|n| out.contains(n)) {
+            failures.push(format!(
+                "{what}: expected a denial with {needles:?}, got: {out}\n{manifest}"
+            ));
+        }
+    };
+    for (what, tolerations, needles) in [
+        (
+            "key-less Exists",
+            "  additionalTolerations:\n    - operator: Exists\n",
+            vec![
+                "spec.additionalTolerations[0]: toleration {key: \"\", operator: Exists} tolerates every taint, so also the control-plane taint node-role.kubernetes.io/control-plane",
+                "admission.allowControlPlaneNodes is false",
+            ],
+        ),
+        (
+            "the control-plane key",
+            "  additionalTolerations:\n    - key: nvidia.com/gpu\n      operator: Exists\n    - key: node-role.kubernetes.io/control-plane\n      operator: Exists\n      effect: NoSchedule\n",
+            vec![
+                "spec.additionalTolerations[1]: toleration {key: \"node-role.kubernetes.io/control-plane\", operator: Exists, effect: NoSchedule} tolerates the control-plane taint",
+                "admission.allowControlPlaneNodes=true",
+            ],
+        ),
+    ] {
+        let manifest = nodewright(
+            "control-plane",
+            "ghcr.io/acme/tool",
+            "      containerSHA: sha256:0123\n",
+            tolerations,
+        );
+        let outcome = apply(&cluster, &manifest).await;
+        refused(what, manifest, &needles, outcome);
+    }
+    let manifest = nodewright("foreign-image", "quay.io/evil/tool", "", "");
+    let outcome = apply(&cluster, &manifest).await;
+    refused(
+        "an image outside the list",
+        manifest,
+        &[
+            "spec.packages.tool.image: image \"quay.io/evil/tool:1.0.0\" of package \"tool\" is not allowed in this cluster: the chart value admission.allowedImages allows only ghcr.io/acme/*, docker.io/library/*",
+        ],
+        outcome,
+    );
+    let manifest = nodewright(
+        "foreign-agent",
+        "ghcr.io/acme/tool",
+        "      agentImageOverride: docker.io/evil/agent:1\n",
+        "",
+    );
+    let outcome = apply(&cluster, &manifest).await;
+    refused(
+        "an agent image outside the list",
+        manifest,
+        &[
+            "spec.packages.tool.agentImageOverride: agentImageOverride \"docker.io/evil/agent:1\" of package \"tool\" is not allowed",
+        ],
+        outcome,
+    );
+    assert!(
+        failures.is_empty(),
+        "{}\n\nwebhook log:\n{}",
+        failures.join("\n\n"),
+        log()
+    );
+
+    // Within the list and by tag: admitted, with the warning kubectl prints.
+    let (ok, out) = apply(&cluster, &nodewright("by-tag", "ghcr.io/acme/tool", "", "")).await;
+    assert!(ok, "{out}\nwebhook log:\n{}", log());
+    assert!(
+        out.contains("Warning: spec.packages.tool: no containerSHA, so ghcr.io/acme/tool:1.0.0 is pulled by its tag, which can be moved to other content"),
+        "{out}"
+    );
+    // Pinned by digest, from Docker Hub's library written short: admitted without a warning.
+    let (ok, out) = apply(
+        &cluster,
+        &nodewright(
+            "by-digest",
+            "busybox",
+            "      containerSHA: sha256:dedf73c19455444e2663671368eaf3fcd657ea1417f0d8738c6133ed738b9c52\n",
+            "",
+        ),
+    )
+    .await;
+    assert!(
+        ok && !out.contains("Warning"),
+        "{out}\nwebhook log:\n{}",
+        log()
+    );
+
+    // The administrator allows control-plane nodes (admission.allowControlPlaneNodes=true): the
+    // same toleration is admitted by a webhook so configured.
+    let dir2 = tempfile::tempdir().expect("tempdir");
+    let ca2 = write_certs(dir2.path());
+    let open = start_webhook(
+        cluster.kubeconfig_path(),
+        dir2.path(),
+        &[("WEBHOOK_ALLOW_CONTROL_PLANE_NODES", "true")],
+    );
+    wait_ready(&open, &ca2).await;
+    register(&cluster, &open, &ca2, dir2.path()).await;
+    let (ok, out) = apply(
+        &cluster,
+        &nodewright(
+            "control-plane",
+            "ghcr.io/acme/tool",
+            "      containerSHA: sha256:0123\n",
+            "  additionalTolerations:\n    - operator: Exists\n",
+        ),
+    )
+    .await;
+    assert!(ok, "{out}\nwebhook log:\n{}", open.log());
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodewright_e2e::{Cluster, ClusterOptions};
+use rustls_pki_types::pem::PemObject;
 use serde_json::{Value, json};
 use support::{https_client, start_webhook, wait_ready, write_certs};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -121,7 +122,7 @@ fn rss_kib(pid: u32) -> (u64, u64) {
 /// front) and returns the status line of the answer, or what ended the exchange.
 async fn chunked_post(port: u16, ca_pem: &str, path: &str, total: usize) -> String {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.expect("ca cert")).expect("root");
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(

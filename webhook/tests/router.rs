@@ -23,6 +23,7 @@ fn build(view: StaticView) -> (axum::Router, Arc<Metrics>, Arc<Readiness>) {
     let ready = Readiness::new(CertStore::new());
     let state = Arc::new(AppState {
         defaults: OperatorDefaults::default(),
+        restrictions: Default::default(),
         cluster: Arc::new(view),
         metrics: metrics.clone(),
         ready: ready.clone(),

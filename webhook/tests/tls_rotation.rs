@@ -15,6 +15,7 @@ use nodewright_webhook::routes::{AppState, Readiness, router};
 use nodewright_webhook::server::{Limits, serve_tls};
 use nodewright_webhook::tls::{self, CertStore};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls_pki_types::pem::PemObject;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -69,6 +70,7 @@ fn kubelet_publish(dir: &Path, generation: usize, cert: &str, key: &str) {
 fn app_state(certs: &Arc<CertStore>) -> Arc<AppState> {
     Arc::new(AppState {
         defaults: OperatorDefaults::default(),
+        restrictions: Default::default(),
         cluster: Arc::new(StaticView {
             policies: vec!["gpu-rollout".into()],
             users: vec![],
@@ -138,7 +140,7 @@ async fn certificate_rotates_under_load_without_a_failed_request() {
             .timeout(Duration::from_secs(10));
         let builder = if i % 2 == 1 {
             let mut roots = rustls::RootCertStore::empty();
-            for c in rustls_pemfile::certs(&mut ca.pem.as_bytes()) {
+            for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
                 roots.add(c.expect("ca pem")).expect("root");
             }
             let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -341,7 +343,7 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
     ));
 
     let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut ca.pem.as_bytes()) {
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
         roots.add(c.expect("ca pem")).expect("root");
     }
     let mut config = rustls::ClientConfig::builder()

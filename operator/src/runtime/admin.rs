@@ -9,8 +9,10 @@
 //!   bearer token the apiserver authenticates and authorises for `get` on `/metrics`
 //!   ([`nodewright_telemetry::auth`]). The probes never need a token (the kubelet sends none).
 //!
-//! The same router can be served on several addresses (`METRICS_LISTEN`, `PROBE_LISTEN`); equal
-//! addresses are bound once.
+//! `/metrics` is served only on `METRICS_LISTEN` and the probes only on `PROBE_LISTEN`
+//! ([`bind_split`]): the probe port must stay reachable by the kubelet (the chart's NetworkPolicy
+//! leaves it open), so it must not hand out metrics (issue 22). Equal addresses are bound once and
+//! serve both.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -93,23 +95,31 @@ pub enum AdminError {
     Task(#[from] tokio::task::JoinError),
 }
 
-#[derive(Clone)]
-struct AdminState {
-    metrics: Arc<Metrics>,
-    readiness: Readiness,
-}
-
 /// `/healthz`, `/readyz` and `/metrics`, all open.
 pub fn router(metrics: Arc<Metrics>, readiness: Readiness) -> Router {
     router_with_auth(metrics, readiness, None)
 }
 
-/// [`router`], with `/metrics` behind `auth` when given.
+/// [`router`], with `/metrics` behind `auth` when given: what one address serving both the
+/// probes and the metrics answers.
 pub fn router_with_auth(
     metrics: Arc<Metrics>,
     readiness: Readiness,
     auth: Option<MetricsAuth>,
 ) -> Router {
+    probe_router(readiness).merge(metrics_router(metrics, auth))
+}
+
+/// `/healthz` and `/readyz` only: the probe port.
+pub fn probe_router(readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(readiness)
+}
+
+/// `/metrics` only (behind `auth` when given): the metrics port.
+pub fn metrics_router(metrics: Arc<Metrics>, auth: Option<MetricsAuth>) -> Router {
     let mut metrics_route = get(metrics_text);
     if let Some(auth) = auth {
         metrics_route = metrics_route.layer(axum::middleware::from_fn_with_state(
@@ -118,14 +128,32 @@ pub fn router_with_auth(
         ));
     }
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
         .route("/metrics", metrics_route)
-        .with_state(AdminState { metrics, readiness })
+        .with_state(metrics)
 }
 
-async fn readyz(State(state): State<AdminState>) -> Response {
-    let pending = state.readiness.pending();
+/// Binds `METRICS_LISTEN` and `PROBE_LISTEN` and pairs each listener with what it serves:
+/// `/metrics` on the metrics address, `/healthz` and `/readyz` on the probe address, all three on
+/// one listener when the addresses are equal. Serve the pairs with [`serve_each`].
+pub async fn bind_split(
+    metrics_addr: SocketAddr,
+    probe_addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    auth: Option<MetricsAuth>,
+) -> Result<Vec<(TcpListener, Router)>, AdminError> {
+    if metrics_addr == probe_addr {
+        let listener = bind_one(metrics_addr).await?;
+        return Ok(vec![(listener, router_with_auth(metrics, readiness, auth))]);
+    }
+    Ok(vec![
+        (bind_one(metrics_addr).await?, metrics_router(metrics, auth)),
+        (bind_one(probe_addr).await?, probe_router(readiness)),
+    ])
+}
+
+async fn readyz(State(readiness): State<Readiness>) -> Response {
+    let pending = readiness.pending();
     if pending.is_empty() {
         (StatusCode::OK, "ok").into_response()
     } else {
@@ -137,15 +165,21 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     }
 }
 
-async fn metrics_text(State(state): State<AdminState>) -> Response {
+async fn metrics_text(State(metrics): State<Arc<Metrics>>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        metrics.encode(),
     )
         .into_response()
+}
+
+async fn bind_one(addr: SocketAddr) -> Result<TcpListener, AdminError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AdminError::Bind { addr, source })
 }
 
 /// Binds each distinct address (so `METRICS_LISTEN == PROBE_LISTEN` is one listener).
@@ -158,10 +192,7 @@ pub async fn bind(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, AdminError> 
     }
     let mut listeners = Vec::with_capacity(distinct.len());
     for addr in distinct {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| AdminError::Bind { addr, source })?;
-        listeners.push(listener);
+        listeners.push(bind_one(addr).await?);
     }
     Ok(listeners)
 }
@@ -172,13 +203,21 @@ pub async fn serve(
     router: Router,
     shutdown: CancellationToken,
 ) -> Result<(), AdminError> {
+    let served = listeners.into_iter().map(|l| (l, router.clone())).collect();
+    serve_each(served, shutdown).await
+}
+
+/// Serves each listener's own router until `shutdown`, then lets in-flight requests finish.
+pub async fn serve_each(
+    served: Vec<(TcpListener, Router)>,
+    shutdown: CancellationToken,
+) -> Result<(), AdminError> {
     let mut tasks = tokio::task::JoinSet::new();
-    for listener in listeners {
+    for (listener, router) in served {
         let addr = listener.local_addr().map_err(|source| AdminError::Serve {
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             source,
         })?;
-        let router = router.clone();
         let shutdown = shutdown.clone();
         tasks.spawn(
             async move {

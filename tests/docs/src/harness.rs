@@ -204,6 +204,7 @@ impl Env {
         ready.caches_synced.store(true, Ordering::SeqCst);
         let state = Arc::new(nodewright_webhook::routes::AppState {
             defaults: nodewright_shared::defaults::OperatorDefaults::default(),
+            restrictions: Default::default(),
             cluster: Arc::new(cache),
             metrics: wh_metrics.clone(),
             ready,

@@ -29,6 +29,11 @@ const REL: &str = "nw";
 
 /// `kubectl auth can-i` as a ServiceAccount: true for "yes" (kubectl exits 1 on "no").
 async fn can_i(cluster: &Cluster, ns: &str, sa: &str, args: &[&str]) -> bool {
+    can_i_as(cluster, &format!("system:serviceaccount:{ns}:{sa}"), args).await
+}
+
+/// `kubectl auth can-i` as `user` (impersonated): true for "yes" (kubectl exits 1 on "no").
+async fn can_i_as(cluster: &Cluster, user: &str, args: &[&str]) -> bool {
     let kubectl = cluster
         .binary("kubectl")
         .unwrap_or_else(|| "kubectl".into());
@@ -37,11 +42,66 @@ async fn can_i(cluster: &Cluster, ns: &str, sa: &str, args: &[&str]) -> bool {
         .arg(cluster.kubeconfig_path())
         .args(["auth", "can-i"])
         .args(args)
-        .arg(format!("--as=system:serviceaccount:{ns}:{sa}"))
+        .arg(format!("--as={user}"))
         .output()
         .await
         .expect("kubectl runs");
     String::from_utf8_lossy(&output.stdout).trim() == "yes"
+}
+
+/// People bound to the built-in roles, for who-may-create-a-NodeWright (issue 22, item 1): one
+/// bound to `edit` cluster-wide (a ClusterRoleBinding: the binding that really grants a
+/// cluster-scoped kind), one bound to `edit` in the release namespace only (a RoleBinding, what
+/// "namespace-level edit" means), one bound to `admin` and one to `view` cluster-wide.
+const CLUSTER_EDITOR: &str = "cluster-editor";
+const NAMESPACE_EDITOR: &str = "namespace-editor";
+const CLUSTER_ADMIN_ROLE: &str = "cluster-admin-role";
+const CLUSTER_VIEWER: &str = "cluster-viewer";
+
+async fn bind_people(cluster: &Cluster, ns: &str) {
+    for (user, role) in [
+        (CLUSTER_EDITOR, "edit"),
+        (CLUSTER_ADMIN_ROLE, "admin"),
+        (CLUSTER_VIEWER, "view"),
+    ] {
+        cluster
+            .kubectl(&[
+                "create",
+                "clusterrolebinding",
+                &format!("{ns}-{user}"),
+                &format!("--clusterrole={role}"),
+                &format!("--user={user}"),
+            ])
+            .await
+            .expect("clusterrolebinding");
+    }
+    cluster
+        .kubectl(&[
+            "create",
+            "rolebinding",
+            NAMESPACE_EDITOR,
+            "--clusterrole=edit",
+            &format!("--user={NAMESPACE_EDITOR}"),
+            "-n",
+            ns,
+        ])
+        .await
+        .expect("rolebinding");
+}
+
+/// `kubectl create --dry-run=server` of `manifest` as `user`: the apiserver's real authorisation
+/// of the request (no SubjectAccessReview shortcut), admission included.
+async fn create_as(cluster: &Cluster, user: &str, manifest: &str) -> Result<String, String> {
+    cluster
+        .kubectl(&[
+            "create",
+            "--dry-run=server",
+            "-f",
+            manifest,
+            &format!("--as={user}"),
+        ])
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Lines of a service log that report an authorisation failure.
@@ -472,6 +532,60 @@ async fn install_admit_upgrade_uninstall() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
+    // Who may create a NodeWright, i.e. run a privileged image as root on every node it selects
+    // (issue 22, item 1). By default nobody through the built-in roles: the editor is not
+    // aggregated into `edit`/`admin`. The viewer is aggregated into `view` (and `edit`, `admin`):
+    // waiting until `view` grants `get` also waits for the clusterrole-aggregation controller, so
+    // the `no`s below are its settled answer, not its lag.
+    bind_people(&cluster, &ns).await;
+    let nw = "nodewrights.nodewright.nvidia.com";
+    for user in [CLUSTER_VIEWER, CLUSTER_EDITOR, CLUSTER_ADMIN_ROLE] {
+        cluster
+            .wait_for(
+                &format!("the viewer aggregated into {user}'s role"),
+                Duration::from_secs(60),
+                || async { Ok(can_i_as(&cluster, user, &["get", nw]).await.then_some(())) },
+            )
+            .await
+            .expect("the viewer is aggregated into view, edit and admin");
+    }
+    let mut wrong = Vec::new();
+    for (user, extra) in [
+        (CLUSTER_EDITOR, vec![]),
+        (CLUSTER_ADMIN_ROLE, vec![]),
+        (CLUSTER_VIEWER, vec![]),
+        // kubectl sends the namespace even for a cluster-scoped kind, so this is what an
+        // administrator asking about the namespace's editor sees.
+        (NAMESPACE_EDITOR, vec!["-n", ns.as_str()]),
+    ] {
+        for verb in ["create", "update", "delete"] {
+            let mut args = vec![verb, nw];
+            args.extend(extra.iter().copied());
+            if can_i_as(&cluster, user, &args).await {
+                wrong.push(format!("{user} can-i {args:?}: expected no"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let people_manifest = work.path().join("people.yaml");
+    std::fs::write(
+        &people_manifest,
+        VALID.replace("chart-valid", "chart-people"),
+    )
+    .expect("write");
+    let people_manifest = people_manifest.to_string_lossy().into_owned();
+    for user in [CLUSTER_EDITOR, CLUSTER_ADMIN_ROLE, NAMESPACE_EDITOR] {
+        let refused = create_as(&cluster, user, &people_manifest)
+            .await
+            .expect_err("a holder of the built-in edit/admin creates no NodeWright by default");
+        assert!(
+            refused.contains(&format!(
+                "User \"{user}\" cannot create resource \"nodewrights\""
+            )),
+            "{user}: {refused}"
+        );
+    }
+
     // The operator binary with the operator's token and exactly the chart's env (the defaults
     // ConfigMap through envFrom, then the container's env); only what the kubelet would fill in
     // (fieldRefs) and the listen addresses (free local ports) are supplied here.
@@ -687,7 +801,8 @@ async fn install_admit_upgrade_uninstall() {
         webhook_log()
     );
 
-    // Upgrade: a changed value; admission keeps working and nothing rotates.
+    // Upgrade: changed values; admission keeps working and nothing rotates. The administrator
+    // opts in to aggregating the editor into `edit` and `admin`.
     cluster
         .helm(&[
             "upgrade",
@@ -697,6 +812,7 @@ async fn install_admit_upgrade_uninstall() {
             &ns,
             "--reuse-values",
             "--set=webhook.timeoutSeconds=15",
+            "--set=rbac.userRoles.aggregateEditor=true",
         ])
         .await
         .expect("helm upgrade");
@@ -731,6 +847,59 @@ async fn install_admit_upgrade_uninstall() {
         .kubectl(&["apply", "-f", &valid])
         .await
         .expect("valid still admitted");
+    // Opted in: the built-in `edit` and `admin` now create NodeWrights (through admission), `view`
+    // still only reads, and a namespaced RoleBinding to `edit` still creates nothing for real.
+    for user in [CLUSTER_EDITOR, CLUSTER_ADMIN_ROLE] {
+        cluster
+            .wait_for(
+                &format!("the editor aggregated into {user}'s role"),
+                Duration::from_secs(60),
+                || async {
+                    Ok(can_i_as(
+                        &cluster,
+                        user,
+                        &["create", "nodewrights.nodewright.nvidia.com"],
+                    )
+                    .await
+                    .then_some(()))
+                },
+            )
+            .await
+            .expect("aggregateEditor=true aggregates the editor into edit and admin");
+        create_as(&cluster, user, &people_manifest)
+            .await
+            .unwrap_or_else(|e| panic!("{user} creates a NodeWright once opted in: {e}"));
+    }
+    assert!(
+        !can_i_as(
+            &cluster,
+            CLUSTER_VIEWER,
+            &["create", "nodewrights.nodewright.nvidia.com"]
+        )
+        .await
+    );
+    assert!(
+        can_i_as(
+            &cluster,
+            CLUSTER_VIEWER,
+            &["get", "nodewrights.nodewright.nvidia.com"]
+        )
+        .await
+    );
+    let refused = create_as(&cluster, NAMESPACE_EDITOR, &people_manifest)
+        .await
+        .expect_err("a namespaced RoleBinding grants nothing on a cluster-scoped kind");
+    assert!(refused.contains("cannot create resource"), "{refused}");
+    for user in [CLUSTER_EDITOR, CLUSTER_ADMIN_ROLE, CLUSTER_VIEWER] {
+        cluster
+            .kubectl(&["delete", "clusterrolebinding", &format!("{ns}-{user}")])
+            .await
+            .expect("delete binding");
+    }
+    cluster
+        .kubectl(&["delete", "rolebinding", NAMESPACE_EDITOR, "-n", &ns])
+        .await
+        .expect("delete binding");
 
     // Uninstall as chart/README.md says: NodeWrights first, in the foreground and while the
     // operator still runs, so its finalizer cleans their nodes and the garbage collector deletes

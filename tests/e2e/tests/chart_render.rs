@@ -1063,24 +1063,76 @@ fn metrics_authentication_turns_on_in_both_services_with_its_rbac() {
     );
 }
 
+/// The `rbac.authorization.k8s.io/aggregate-to-*` labels of a ClusterRole, as `view`, `edit`...
+fn aggregated_into(role: &Value) -> BTreeSet<String> {
+    role["metadata"]["labels"]
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .filter(|(_, v)| *v == "true")
+                .filter_map(|(k, _)| k.strip_prefix("rbac.authorization.k8s.io/aggregate-to-"))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Creating a NodeWright is root on every node it selects (issue 22, item 1): by default the
+/// editor is aggregated into nothing, so holding the built-in `edit` or `admin` does not grant
+/// it; the viewer (read-only) is. `rbac.userRoles.aggregateEditor` opts in, and NOTES.txt then
+/// says what that grants. (chart_install asks the apiserver the same with `kubectl auth can-i`.)
 #[test]
-fn user_roles_aggregate_into_view_and_edit() {
+fn user_roles_aggregate_the_viewer_and_the_editor_only_on_request() {
     let docs = default_render();
     let viewer = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-viewer"));
     let editor = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-editor"));
-    let labels = |r: &Value, key: &str| r["metadata"]["labels"][key].clone();
     assert_eq!(
-        labels(viewer, "rbac.authorization.k8s.io/aggregate-to-view"),
-        "true"
+        aggregated_into(viewer),
+        ["admin", "edit", "view"].map(str::to_owned).into()
     );
     assert_eq!(
-        labels(editor, "rbac.authorization.k8s.io/aggregate-to-edit"),
-        "true"
+        aggregated_into(editor),
+        BTreeSet::new(),
+        "the editor must not be aggregated into edit/admin by default: {editor}"
     );
+    let opted = render(REL, NS, &["--set", "rbac.userRoles.aggregateEditor=true"]).expect("render");
     assert_eq!(
-        labels(editor, "rbac.authorization.k8s.io/aggregate-to-view"),
-        Value::Null
+        aggregated_into(find(&opted, "ClusterRole", &format!("{NS}.{FULL}-editor"))),
+        ["admin", "edit"].map(str::to_owned).into()
     );
+    let notes = |args: &[&str]| {
+        let chart = chart_dir();
+        let mut all = vec![
+            "install",
+            REL,
+            chart.to_str().expect("utf-8 path"),
+            "--namespace",
+            NS,
+            "--dry-run=client",
+        ];
+        all.extend_from_slice(args);
+        let out = run_helm(&all).expect("dry-run install");
+        out.split_once("NOTES:")
+            .map(|(_, n)| n.to_owned())
+            .unwrap_or_else(|| panic!("no NOTES in:\n{out}"))
+    };
+    let default_notes = notes(&[]);
+    assert!(
+        default_notes.contains(&format!(
+            "Only subjects you bind to ClusterRole {NS}.{FULL}-editor"
+        )) && default_notes.contains("not aggregated into `edit`/`admin`"),
+        "{default_notes}"
+    );
+    let opted_notes = notes(&["--set", "rbac.userRoles.aggregateEditor=true"]);
+    assert!(
+        opted_notes.contains("EVERYONE bound to `edit` or `admin`")
+            && opted_notes.contains("root on the nodes"),
+        "{opted_notes}"
+    );
+    let bad = render(REL, NS, &["--set", "rbac.userRoles.aggregateEditor=yes"])
+        .expect_err("a non-boolean aggregateEditor is refused");
+    assert!(bad.contains("aggregateEditor"), "{bad}");
     let verbs = |r: &Value| -> BTreeSet<String> {
         r["rules"][0]["verbs"]
             .as_array()
@@ -1115,6 +1167,83 @@ fn user_roles_aggregate_into_view_and_edit() {
             .to_string()
             .contains("aggregate")
     );
+}
+
+/// Issue 22, items 2 to 4: the `admission.*` values reach the webhook as the variables it reads
+/// (its own tests check what it does with them), the chart's own Secrets always protected.
+#[test]
+fn admission_values_reach_the_webhook() {
+    let webhook_env = |docs: &[Value], name: &str| {
+        env_value(
+            container(find(docs, "Deployment", &format!("{FULL}-webhook"))),
+            name,
+        )
+    };
+    let docs = default_render();
+    assert_eq!(
+        webhook_env(&docs, "WEBHOOK_ALLOW_CONTROL_PLANE_NODES").as_deref(),
+        Some("false")
+    );
+    assert_eq!(
+        webhook_env(&docs, "WEBHOOK_ALLOWED_IMAGES").as_deref(),
+        Some("")
+    );
+    assert_eq!(
+        webhook_env(&docs, "WEBHOOK_PROTECTED_SECRETS").as_deref(),
+        Some(format!("{FULL}-webhook-ca,{FULL}-webhook-tls").as_str())
+    );
+    let set = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "admission.allowControlPlaneNodes=true",
+            "--set",
+            "admission.allowedImages={ghcr.io/acme/*,registry.example.com:5000/tools/*}",
+            "--set",
+            "admission.protectedSecrets={team-credentials}",
+            "--set",
+            "operator.packageImagePullSecret=registry-pull",
+            "--set",
+            "imagePullSecrets={services-pull}",
+            "--set",
+            "certs.mode=provided",
+            "--set",
+            "certs.provided.secretName=my-tls",
+            "--set",
+            "certs.provided.caBundle=Y2E=",
+        ],
+    )
+    .expect("render");
+    assert_eq!(
+        webhook_env(&set, "WEBHOOK_ALLOW_CONTROL_PLANE_NODES").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        webhook_env(&set, "WEBHOOK_ALLOWED_IMAGES").as_deref(),
+        Some("ghcr.io/acme/*,registry.example.com:5000/tools/*")
+    );
+    assert_eq!(
+        webhook_env(&set, "WEBHOOK_PROTECTED_SECRETS").as_deref(),
+        Some(
+            format!("{FULL}-webhook-ca,my-tls,registry-pull,services-pull,team-credentials")
+                .as_str()
+        )
+    );
+    for (value, name) in [
+        ("admission.allowedImages={ghcr.io/a b}", "allowedImages"),
+        (
+            "admission.protectedSecrets={Not_A_Name}",
+            "protectedSecrets",
+        ),
+        (
+            "admission.allowControlPlaneNodes=yes",
+            "allowControlPlaneNodes",
+        ),
+    ] {
+        let err = render(REL, NS, &["--set", value]).expect_err(value);
+        assert!(err.contains(name), "{value}: {err}");
+    }
 }
 
 #[test]

@@ -23,7 +23,7 @@ use nodewright_shared::defaults::{
 use nodewright_shared::keys::GROUP;
 use serde::de::DeserializeOwned;
 
-use crate::rules::{self, ClusterView, Verdict};
+use crate::rules::{self, ClusterView, Restrictions, Verdict};
 
 /// The four admission endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,8 +118,14 @@ impl Answer {
 trait Admitted: DeserializeOwned + Resource<DynamicType = ()> {
     /// Fills the defaults and says what was filled.
     fn fill_defaults(&mut self, defaults: &OperatorDefaults) -> Vec<FieldDefault>;
-    /// Validates the object on CREATE (`old` is `None`) or UPDATE.
-    fn validate(&self, old: Option<&Self>, cluster: &dyn ClusterView) -> Verdict;
+    /// Validates the object on CREATE (`old` is `None`) or UPDATE, within the administrator's
+    /// restrictions.
+    fn validate(
+        &self,
+        old: Option<&Self>,
+        cluster: &dyn ClusterView,
+        restrictions: &Restrictions,
+    ) -> Verdict;
     /// Why the object exceeds the CRD's size bounds (so the mutating endpoint denies it rather than
     /// default it), `None` within them.
     fn oversized(&self) -> Option<String> {
@@ -132,8 +138,13 @@ impl Admitted for NodeWright {
         default_nodewright(&mut self.spec, defaults)
     }
 
-    fn validate(&self, old: Option<&Self>, cluster: &dyn ClusterView) -> Verdict {
-        rules::validate_nodewright(self, old, cluster)
+    fn validate(
+        &self,
+        old: Option<&Self>,
+        cluster: &dyn ClusterView,
+        restrictions: &Restrictions,
+    ) -> Verdict {
+        rules::validate_nodewright(self, old, cluster, restrictions)
     }
 
     fn oversized(&self) -> Option<String> {
@@ -146,7 +157,7 @@ impl Admitted for DeploymentPolicy {
         default_deployment_policy(&mut self.spec)
     }
 
-    fn validate(&self, _: Option<&Self>, _: &dyn ClusterView) -> Verdict {
+    fn validate(&self, _: Option<&Self>, _: &dyn ClusterView, _: &Restrictions) -> Verdict {
         rules::validate_deployment_policy(self)
     }
 }
@@ -179,34 +190,54 @@ fn malformed(reason: String) -> Answer {
     }
 }
 
-/// Decodes one request body and answers it.
+/// Decodes one request body and answers it, with the chart's default [`Restrictions`] (no
+/// control-plane tolerations, any image). For tests, benchmarks and tools; the server answers with
+/// the configured ones ([`review_restricted`]).
 pub fn review(
     webhook: Webhook,
     body: &[u8],
     defaults: &OperatorDefaults,
     cluster: &dyn ClusterView,
 ) -> Answer {
+    review_restricted(webhook, body, defaults, &Restrictions::default(), cluster)
+}
+
+/// Decodes one request body and answers it within the administrator's `restrictions`.
+pub fn review_restricted(
+    webhook: Webhook,
+    body: &[u8],
+    defaults: &OperatorDefaults,
+    restrictions: &Restrictions,
+    cluster: &dyn ClusterView,
+) -> Answer {
+    let context = Context {
+        defaults,
+        restrictions,
+        cluster,
+    };
     match webhook {
         Webhook::MutateNodeWright | Webhook::ValidateNodeWright => {
-            review_as::<NodeWright>(webhook, body, defaults, cluster)
+            review_as::<NodeWright>(webhook, body, &context)
         }
         Webhook::MutateDeploymentPolicy | Webhook::ValidateDeploymentPolicy => {
-            review_as::<DeploymentPolicy>(webhook, body, defaults, cluster)
+            review_as::<DeploymentPolicy>(webhook, body, &context)
         }
     }
 }
 
-fn review_as<K: Admitted>(
-    webhook: Webhook,
-    body: &[u8],
-    defaults: &OperatorDefaults,
-    cluster: &dyn ClusterView,
-) -> Answer {
+/// What answering a request needs besides the request.
+struct Context<'a> {
+    defaults: &'a OperatorDefaults,
+    restrictions: &'a Restrictions,
+    cluster: &'a dyn ClusterView,
+}
+
+fn review_as<K: Admitted>(webhook: Webhook, body: &[u8], context: &Context<'_>) -> Answer {
     if let Some((request, objects)) = decode::typed::<K>(body) {
-        return answer(webhook, &request, objects, defaults, cluster);
+        return answer(webhook, &request, objects, context);
     }
     match decode::exact::<K>(body) {
-        Ok((request, objects)) => answer(webhook, &request, objects, defaults, cluster),
+        Ok((request, objects)) => answer(webhook, &request, objects, context),
         Err(reason) => malformed(reason),
     }
 }
@@ -215,10 +246,9 @@ fn answer<T: Resource, K: Admitted>(
     webhook: Webhook,
     request: &AdmissionRequest<T>,
     objects: Objects<K>,
-    defaults: &OperatorDefaults,
-    cluster: &dyn ClusterView,
+    context: &Context<'_>,
 ) -> Answer {
-    let (response, outcome) = decide(webhook, request, objects, defaults, cluster);
+    let (response, outcome) = decide(webhook, request, objects, context);
     Answer {
         http_status: 200,
         review: response.into_review(),
@@ -254,9 +284,13 @@ fn decide<T: Resource, K: Admitted>(
     webhook: Webhook,
     request: &AdmissionRequest<T>,
     objects: Objects<K>,
-    defaults: &OperatorDefaults,
-    cluster: &dyn ClusterView,
+    context: &Context<'_>,
 ) -> (AdmissionResponse, Outcome) {
+    let Context {
+        defaults,
+        restrictions,
+        cluster,
+    } = *context;
     if request.kind.group != GROUP || request.kind.kind != webhook.kind() {
         return deny(
             request,
@@ -289,7 +323,7 @@ fn decide<T: Resource, K: Admitted>(
             Webhook::ValidateNodeWright | Webhook::ValidateDeploymentPolicy => match object {
                 Ok(object) => with_verdict(
                     request,
-                    object.validate(objects.old_object.as_ref(), cluster),
+                    object.validate(objects.old_object.as_ref(), cluster, restrictions),
                 ),
                 Err(e) => deny(request, e),
             },
@@ -354,8 +388,13 @@ mod tests {
     fn exact_review(webhook: Webhook, body: &[u8]) -> Answer {
         fn exact_as<K: Admitted>(webhook: Webhook, body: &[u8]) -> Answer {
             let (defaults, cluster) = (OperatorDefaults::default(), cluster());
+            let context = Context {
+                defaults: &defaults,
+                restrictions: &Restrictions::default(),
+                cluster: &cluster,
+            };
             match decode::exact::<K>(body) {
-                Ok((request, objects)) => answer(webhook, &request, objects, &defaults, &cluster),
+                Ok((request, objects)) => answer(webhook, &request, objects, &context),
                 Err(reason) => malformed(reason),
             }
         }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 
 use super::testing::Cluster;
-use super::{Verdict, validate_deployment_policy, validate_nodewright};
+use super::{Restrictions, Verdict, validate_deployment_policy, validate_nodewright};
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
@@ -53,7 +53,9 @@ fn decode(text: &str) -> Result<Decoded, String> {
 
 fn validate(decoded: &Decoded) -> Verdict {
     match decoded {
-        Decoded::NodeWright(nw) => validate_nodewright(nw, None, &cluster()),
+        Decoded::NodeWright(nw) => {
+            validate_nodewright(nw, None, &cluster(), &Restrictions::default())
+        }
         Decoded::Policy(p) => validate_deployment_policy(p),
     }
 }
@@ -75,7 +77,21 @@ fn valid_examples_are_admitted() {
         };
         let v = validate(&decoded);
         assert!(v.is_allowed(), "{name} denied:\n{}", v.message());
-        assert!(v.warnings.is_empty(), "{name}: {:?}", v.warnings);
+        // The only warnings: packages pulled by tag (no containerSHA), one per such package.
+        let unpinned: Vec<String> = match &decoded {
+            Decoded::NodeWright(nw) => nw
+                .spec
+                .packages
+                .iter()
+                .filter(|(_, p)| p.container_sha.is_none())
+                .map(|(k, _)| format!("spec.packages.{k}: no containerSHA"))
+                .collect(),
+            Decoded::Policy(_) => Vec::new(),
+        };
+        assert_eq!(v.warnings.len(), unpinned.len(), "{name}: {:?}", v.warnings);
+        for (warning, prefix) in v.warnings.iter().zip(&unpinned) {
+            assert!(warning.starts_with(prefix), "{name}: {warning}");
+        }
     }
 }
 

@@ -18,6 +18,7 @@ mod package;
 mod policy;
 pub mod quantity;
 mod resources;
+pub mod restrictions;
 pub mod selector;
 pub mod semver;
 mod update;
@@ -30,6 +31,8 @@ mod testing;
 use std::fmt;
 
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
+
+pub use restrictions::Restrictions;
 
 /// One problem with one field. Display: "{path}: {message}".
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -91,7 +94,8 @@ pub trait ClusterView: Send + Sync {
 }
 
 /// Validates a NodeWright on CREATE (`old` is `None`) or UPDATE (`old` is the stored object, which
-/// enables the uninstall guards and the cancel warning).
+/// enables the uninstall guards and the cancel warning), within the administrator's
+/// `restrictions` (control-plane tolerations, allowed images, protected Secrets).
 ///
 /// An UPDATE that leaves the spec unchanged (finalizers, labels, the pause/disable annotations) is
 /// admitted without re-checking the spec: nothing these rules guard changed, and refusing it would let
@@ -101,12 +105,14 @@ pub fn validate_nodewright(
     new: &NodeWright,
     old: Option<&NodeWright>,
     cluster: &dyn ClusterView,
+    restrictions: &Restrictions,
 ) -> Verdict {
     if old.is_some_and(|old| old.spec == new.spec) {
         return Verdict::default();
     }
     let mut findings = Findings::default();
     nodewright::check(new, cluster, &mut findings);
+    restrictions::check(new, restrictions, &mut findings);
     if let Some(old) = old {
         update::check(old, new, &mut findings);
     }

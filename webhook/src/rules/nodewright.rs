@@ -160,7 +160,12 @@ mod tests {
     use nodewright_shared::api::{InterruptionBudget, NodeWright, Package, PackageResources};
 
     fn lines(nw: &NodeWright) -> Vec<String> {
-        let v = validate_nodewright(nw, None, &Cluster::with_policies(&["gpu-rollout"]));
+        let v = validate_nodewright(
+            nw,
+            None,
+            &Cluster::with_policies(&["gpu-rollout"]),
+            &Default::default(),
+        );
         v.errors.iter().map(ToString::to_string).collect()
     }
 
@@ -365,7 +370,7 @@ mod tests {
             percent: Some(1),
             count: Some(1),
         });
-        let v = validate_nodewright(&nw, None, &Cluster::with_policies(&[]));
+        let v = validate_nodewright(&nw, None, &Cluster::with_policies(&[]), &Default::default());
         let paths: Vec<&str> = v.errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,

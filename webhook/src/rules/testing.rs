@@ -37,14 +37,18 @@ impl ClusterView for Cluster {
     }
 }
 
-/// A valid package at `version`.
+/// A valid package at `version`, pinned by digest (so it draws no mutable-tag warning).
 pub fn package(version: &str) -> Package {
     Package {
         version: version.to_owned(),
         image: "ghcr.io/example/pkg".to_owned(),
+        container_sha: Some(DIGEST.to_owned()),
         ..Package::default()
     }
 }
+
+/// A well-formed image digest.
+pub const DIGEST: &str = "sha256:dedf73c19455444e2663671368eaf3fcd657ea1417f0d8738c6133ed738b9c52";
 
 /// A NodeWright named `name` with these packages and defaults otherwise.
 pub fn nodewright<const N: usize>(name: &str, packages: [(&str, Package); N]) -> NodeWright {

@@ -151,7 +151,7 @@ mod tests {
     }
 
     fn update(old: &NodeWright, new: &NodeWright) -> Verdict {
-        validate_nodewright(new, Some(old), &Cluster::default())
+        validate_nodewright(new, Some(old), &Cluster::default(), &Default::default())
     }
 
     fn assert_err(v: &Verdict, want: &str) {
@@ -264,7 +264,9 @@ mod tests {
         );
         assert_err(&v, "spec.packages.tools.version");
         // A create is always checked.
-        assert!(!validate_nodewright(&old, None, &Cluster::default()).is_allowed());
+        assert!(
+            !validate_nodewright(&old, None, &Cluster::default(), &Default::default()).is_allowed()
+        );
     }
 
     #[test]
@@ -285,7 +287,7 @@ mod tests {
         assert_eq!(update(&old, &bare).warnings.len(), 1);
         // A create never warns.
         assert!(
-            validate_nodewright(&old, None, &Cluster::default())
+            validate_nodewright(&old, None, &Cluster::default(), &Default::default())
                 .warnings
                 .is_empty()
         );
