@@ -127,6 +127,9 @@ componentsPatches:
     value: "false"
   - key: manage-nodes-with-annotation-selector
     value: kwok.x-k8s.io/node=fake
+  - key: node-lease-duration-seconds
+    value: "${RN_NODE_LEASE_SECONDS}"
+    override: true
 - name: kube-apiserver
   extraArgs:
   - key: kubelet-preferred-address-types
@@ -134,6 +137,15 @@ componentsPatches:
   - key: bind-address
     value: 0.0.0.0
     override: true
+# A real node that reboots (realnode.sh) is seen NotReady within seconds, not the default 50:
+# its kubelet renews its lease every ${RN_NODE_LEASE_SECONDS}/4 s, kwok the fake nodes' every
+# ${RN_NODE_LEASE_SECONDS}/4 s too, and the grace period is twice the lease.
+- name: kube-controller-manager
+  extraArgs:
+  - key: node-monitor-grace-period
+    value: $(( RN_NODE_LEASE_SECONDS * 2 ))s
+  - key: node-monitor-period
+    value: 1s
 EOF
 else
   cat >>"${config}" <<EOF
@@ -238,6 +250,7 @@ if ${real_node}; then
   echo "export NODEWRIGHT_REAL_NODE_IP=${RN_NODE_IP}"
   echo "export NODEWRIGHT_CONTAINERD_SOCK=$(rn_sock)"
   echo "export NODEWRIGHT_REAL_NODE_HOST_DIR=$(rn_root)/host"
+  echo "export NODEWRIGHT_REAL_NODE_DIR=$(rn_node_dir)"
 fi
 echo "# cluster ${name}: ${nodes} kwok nodes; logs in ${logs_dir}; stop with tests/controlplane/down.sh --name ${name}"
 echo "export NODEWRIGHT_LOGS_DIR=${logs_dir}"
