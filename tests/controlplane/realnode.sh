@@ -84,9 +84,12 @@ rn_make_mntns() {
   local dir
   dir="$(dirname "$(rn_mntns)")"
   mkdir -p "${dir}"
-  # An nsfile can only be bound on a private mount: make the directory one.
-  mount --bind "${dir}" "${dir}"
-  mount --make-private "${dir}"
+  # An nsfile can only be bound on a private mount: make the directory one (once: every boot
+  # makes a namespace here).
+  if ! mountpoint -q "${dir}"; then
+    mount --bind "${dir}" "${dir}"
+    mount --make-private "${dir}"
+  fi
   touch "$(rn_mntns)"
   unshare --mount="$(rn_mntns)" --propagation unchanged true
   # Slave first: on a host whose `/` is shared, nothing mounted in the node's namespace (the boot
@@ -428,6 +431,9 @@ rn_shutdown() {
   rn_kill_node_tasks 30 || return 1
   pkill -9 -f "containerd-shim-runc-v2 .*-address $(rn_sock)" 2>/dev/null || true
   rm -f "${root}/kubelet.pid" "${root}/containerd.pid"
+  # cgroups live in memory: a machine boots with none of the pods' left.
+  rn_remove_cgroups
+  rn_make_cgroups
   rn_drop_mntns
   ip link del "${RN_BRIDGE}" 2>/dev/null || true
 }

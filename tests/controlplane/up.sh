@@ -120,6 +120,12 @@ if ${real_node}; then
   # with the node address in its certificate).
   cat >>"${config}" <<EOF
   kubeApiserverCertSANs: ["${RN_NODE_IP}"]
+  # A real node that reboots (realnode.sh) is seen NotReady within seconds, not the default 40:
+  # its kubelet renews its lease every quarter of ${RN_NODE_LEASE_SECONDS}s, kwok the fake nodes'
+  # too, and the controller manager's grace period is twice the lease.
+  nodeLeaseDurationSeconds: ${RN_NODE_LEASE_SECONDS}
+  kubeControllerManagerNodeMonitorGracePeriodMilliseconds: $(( RN_NODE_LEASE_SECONDS * 2000 ))
+  kubeControllerManagerNodeMonitorPeriodMilliseconds: 1000
 componentsPatches:
 - name: kwok-controller
   extraArgs:
@@ -127,9 +133,6 @@ componentsPatches:
     value: "false"
   - key: manage-nodes-with-annotation-selector
     value: kwok.x-k8s.io/node=fake
-  - key: node-lease-duration-seconds
-    value: "${RN_NODE_LEASE_SECONDS}"
-    override: true
 - name: kube-apiserver
   extraArgs:
   - key: kubelet-preferred-address-types
@@ -137,15 +140,6 @@ componentsPatches:
   - key: bind-address
     value: 0.0.0.0
     override: true
-# A real node that reboots (realnode.sh) is seen NotReady within seconds, not the default 50:
-# its kubelet renews its lease every ${RN_NODE_LEASE_SECONDS}/4 s, kwok the fake nodes' every
-# ${RN_NODE_LEASE_SECONDS}/4 s too, and the grace period is twice the lease.
-- name: kube-controller-manager
-  extraArgs:
-  - key: node-monitor-grace-period
-    value: $(( RN_NODE_LEASE_SECONDS * 2 ))s
-  - key: node-monitor-period
-    value: 1s
 EOF
 else
   cat >>"${config}" <<EOF

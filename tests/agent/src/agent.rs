@@ -559,9 +559,11 @@ impl Agent<'_> {
     /// Whether `reboot` may run on this host: the environment says so, or the host does (the test
     /// real node writes [`NODE_ALLOWS_REBOOT`] into its own `/run` once its `reboot` is its own,
     /// tests/controlplane/realnode.sh). Never by default: on a developer's machine a real `reboot`
-    /// would take the machine down.
+    /// would take the machine down. And only through the host's shell (see
+    /// [`exec::chroot_command`]): without it, this image's busybox `reboot` would run instead.
     fn reboot_allowed(&self) -> bool {
-        self.env.allow_reboot || self.host(NODE_ALLOWS_REBOOT).is_file()
+        (self.env.allow_reboot || self.host(NODE_ALLOWS_REBOOT).is_file())
+            && self.host("/bin/sh").is_file()
     }
 
     /// Why a command is only recorded instead of run, if it is.
@@ -804,6 +806,8 @@ mod tests {
             term: &term,
         };
         let reboot = vec!["reboot".to_string()];
+        std::fs::create_dir_all(root.path().join("bin")).expect("mkdir");
+        std::fs::write(root.path().join("bin/sh"), "").expect("the host's shell");
         let why = agent
             .record_only(InterruptType::NodeRestart, &reboot)
             .expect("a plain host: recorded only");
@@ -826,6 +830,14 @@ mod tests {
             ..agent
         };
         assert_eq!(agent.record_only(InterruptType::NodeRestart, &reboot), None);
+
+        // Never without the host's shell (busybox's own `reboot` would run).
+        std::fs::remove_file(root.path().join("bin/sh")).expect("rm");
+        assert!(
+            agent
+                .record_only(InterruptType::NodeRestart, &reboot)
+                .is_some()
+        );
     }
 
     #[test]
