@@ -123,6 +123,8 @@ if ${real_node}; then
   # A real node that reboots (realnode.sh) is seen NotReady within seconds, not the default 40:
   # its kubelet renews its lease every quarter of ${RN_NODE_LEASE_SECONDS}s, kwok the fake nodes'
   # too, and the controller manager's grace period is twice the lease.
+  # (kwokctl multiplies every heartbeat setting by heartbeatFactor, 5 by default: these are meant.)
+  heartbeatFactor: 1
   nodeLeaseDurationSeconds: ${RN_NODE_LEASE_SECONDS}
   kubeControllerManagerNodeMonitorGracePeriodMilliseconds: $(( RN_NODE_LEASE_SECONDS * 2000 ))
   kubeControllerManagerNodeMonitorPeriodMilliseconds: 1000

@@ -1244,8 +1244,8 @@ impl Real<'_> {
             "each stage once, the post-interrupt ones after the reboot"
         );
 
-        // The interrupt: its Job complete, its container killed by the reboot (the previous
-        // run's exit 137/143), then restarted in place and done (the agent found its flag).
+        // The interrupt: its Job complete, its container killed by the reboot (the previous run's
+        // last state), then restarted in place and done (the agent found its flag).
         let interrupt = self
             .jobs_of(name)
             .await
@@ -1279,12 +1279,15 @@ impl Real<'_> {
             )
             .unwrap_or_default()
         );
+        // The kubelet records a container that died with its node as `Unknown`/255 (its shim died
+        // with it, so nobody saw the exit); a signal is 137/143. A replacement pod: gone with it.
         let gone_with_the_node = pods.len() > 1;
         assert!(
             gone_with_the_node
-                || killed
-                    .iter()
-                    .any(|t| matches!(t["exitCode"].as_i64(), Some(137 | 143))),
+                || killed.iter().any(|t| {
+                    matches!(t["exitCode"].as_i64(), Some(137 | 143))
+                        || (t["exitCode"] == 255 && t["reason"] == "Unknown")
+                }),
             "the interrupt container was not killed by the reboot: {pods:#?}"
         );
 
