@@ -376,7 +376,22 @@ rn_in_system_cgroup() {
   while read -r dir; do
     echo $$ >"${dir%"${RN_CGROUP_ROOT}"}${RN_CGROUP_SYSTEM}/cgroup.procs" 2>/dev/null || true
   done < <(rn_cgroup_dirs)
-  exec "$@"
+  if declare -F "$1" >/dev/null; then
+    "$@"
+  else
+    exec "$@"
+  fi
+}
+
+# rn_respawn COMMAND...: runs COMMAND again whenever it exits, as a service manager restarts a
+# service (the kubelet exits when it starts before containerd's CRI plugin has recovered its
+# state, as it may at boot).
+rn_respawn() {
+  while true; do
+    "$@"
+    echo "realnode: $1 exited with $?; starting it again in 1s"
+    sleep 1
+  done
 }
 
 # rn_boot BIN_DIR LOGS_DIR IMPORT: one boot of the node: a fresh mount namespace with a new boot
@@ -397,6 +412,7 @@ rn_boot() {
     rn-containerd nsenter --mount="$(rn_mntns)" containerd --config "${root}/containerd/config.toml" \
     </dev/null >>"${logs_dir}/containerd.log" 2>&1 8>&- &
   echo $! >"${root}/containerd.pid"
+  disown
   rn_wait_socket "$(rn_sock)" 30 || { echo "containerd did not start (see ${logs_dir}/containerd.log)" >&2; return 1; }
 
   if ${import} && [[ -n "${NODEWRIGHT_IMAGES_DIR:-}" ]]; then
@@ -404,7 +420,7 @@ rn_boot() {
       || { echo "importing the test images from ${NODEWRIGHT_IMAGES_DIR} failed (see ${logs_dir}/images.log)" >&2; return 1; }
   fi
 
-  setsid bash -c "$(declare -f rn_in_system_cgroup rn_cgroup_dirs); RN_CGROUP_ROOT='${RN_CGROUP_ROOT}' RN_CGROUP_SYSTEM='${RN_CGROUP_SYSTEM}' rn_in_system_cgroup \"\$@\"" \
+  setsid bash -c "$(declare -f rn_in_system_cgroup rn_cgroup_dirs rn_respawn); RN_CGROUP_ROOT='${RN_CGROUP_ROOT}' RN_CGROUP_SYSTEM='${RN_CGROUP_SYSTEM}' rn_in_system_cgroup rn_respawn \"\$@\"" \
     rn-kubelet nsenter --mount="$(rn_mntns)" "${bin_dir}/kubelet" \
     --config="${root}/kubelet/config.yaml" \
     --kubeconfig="${root}/kubelet/kubeconfig.yaml" \
@@ -415,6 +431,7 @@ rn_boot() {
     --node-labels="type=real,nodewright.test/real-node=true" \
     --v=2 </dev/null >>"${logs_dir}/kubelet.log" 2>&1 8>&- &
   echo $! >"${root}/kubelet.pid"
+  disown
   echo "${number} ${boot_id} $(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$(rn_node_dir)/boots.log"
   echo "realnode: boot ${number}: boot ID ${boot_id}"
 }

@@ -25,7 +25,10 @@
 //!    pods too), the node NotReady and back with a new boot ID (the kubelet's `Rebooted` event),
 //!    the interrupt completes in place, `post-interrupt` runs on the new boot, uncordon; never
 //!    erroring, every stage run once (the scripts' own record on the host), one reboot;
-//! 10. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
+//! 10. a reboot that never comes back within the interrupt's `stageTimeout` (the node held down)
+//!     ends timed out: the Job at its deadline, recorded once the node is back, a StageTimedOut
+//!     event; deleting the NodeWright releases the node;
+//! 11. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
 //!     nothing behind.
 //!
 //! Runs when `NODEWRIGHT_IMAGES_DIR` is set (tests/images/build.sh; tests/run-all.sh sets it), as
@@ -120,6 +123,7 @@ async fn chart_and_package_stages_on_a_real_node() {
         .await;
     t.service_interrupt_drains_under_a_pdb().await;
     t.reboot_interrupt_reboots_the_node().await;
+    t.reboot_that_never_comes_back_times_out().await;
     t.upgrade_then_uninstall().await;
 }
 
@@ -1322,7 +1326,103 @@ impl Real<'_> {
         .await;
     }
 
-    /// Step 10: helm upgrade keeps admission and rotates nothing; helm uninstall leaves nothing.
+    /// Step 10: A reboot that never comes back within the interrupt's `stageTimeout`: the node
+    /// is held down (the supervisor's `hold`), the Job controller ends the interrupt Job at its
+    /// deadline, and once the node is back the operator records the interrupt timed out, with the
+    /// Job kept as evidence and a StageTimedOut event; deleting the NodeWright releases the node.
+    async fn reboot_that_never_comes_back_times_out(&self) {
+        let hold = self.node_dir().join("hold");
+        std::fs::write(&hold, "held down by real_node.rs").expect("hold the node down");
+        let boots_before = self.boots().len();
+        let name = "real-reboot-lost";
+        let mut pkg = Self::package("echo before the lost reboot");
+        pkg["interrupt"] = json!({"type": "reboot"});
+        pkg["stageTimeout"] = json!("30s");
+        self.apply(&self.nodewright(name, json!({"lost": pkg})))
+            .await
+            .expect("apply");
+        let job = self
+            .wait("the interrupt Job ended at its deadline", || async {
+                Ok(self.jobs_of(name).await.into_iter().find(|j| {
+                    j["metadata"]["labels"]["nodewright.nvidia.com/interrupt"].is_string()
+                        && j["status"]["conditions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|c| {
+                                matches!(c["type"].as_str(), Some("FailureTarget" | "Failed"))
+                                    && c["status"] == "True"
+                                    && c["reason"] == "DeadlineExceeded"
+                            })
+                }))
+            })
+            .await;
+        // Still down all that time: no new boot.
+        assert_eq!(self.boots().len(), boots_before, "the node came back");
+        let node = self.json(&["get", "node", &self.node]).await;
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| c["status"].clone());
+        assert_ne!(ready, Some(json!("True")), "a node held down is not Ready");
+        std::fs::remove_file(&hold).expect("release the node");
+        let job_name = job["metadata"]["name"].as_str().unwrap_or_default();
+        let recorded = self
+            .wait("the interrupt recorded timed out", || async {
+                let j = self.json(&["get", "job", "-n", &self.ns, job_name]).await;
+                Ok(
+                    (j["metadata"]["annotations"]["nodewright.nvidia.com/state-recorded"]
+                        == "timed-out")
+                        .then_some(j),
+                )
+            })
+            .await;
+        assert!(
+            recorded["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Failed" && c["reason"] == "DeadlineExceeded"),
+            "{}",
+            recorded["status"]
+        );
+        let (stage, state) = self.package_state(name, "lost").await;
+        assert_eq!((stage.as_str(), state.as_str()), ("interrupt", "erroring"));
+        let timed_out = self
+            .wait("the StageTimedOut event of the lost reboot", || async {
+                Ok(self
+                    .events(None, "StageTimedOut")
+                    .await
+                    .into_iter()
+                    .find(|e| {
+                        e["involvedObject"]["name"] == name
+                            && e["message"].as_str().is_some_and(|m| m.contains("lost"))
+                    }))
+            })
+            .await;
+        eprintln!(
+            "real_node: the reboot that never came back: {}",
+            timed_out["message"]
+        );
+        assert_eq!(self.boots().len(), boots_before + 1, "one boot after the hold");
+
+        self.delete_nodewright(name).await;
+        self.wait("the node uncordoned", || async {
+            let n = self.json(&["get", "node", &self.node]).await;
+            Ok((n["spec"]["unschedulable"] != true).then_some(()))
+        })
+        .await;
+        self.wait_ready(&self.operator, 2).await;
+        self.wait_ready(&self.webhook, 2).await;
+        self.wait("2 ready webhook endpoints after the lost reboot", || async {
+            Ok((self.webhook_endpoints().await.len() == 2).then_some(()))
+        })
+        .await;
+    }
+
+    /// Step 11: helm upgrade keeps admission and rotates nothing; helm uninstall leaves nothing.
     async fn upgrade_then_uninstall(&self) {
         let tls_before = self
             .secret(&format!("{REL}-nodewright-webhook-tls"), "tls.crt")
