@@ -1004,7 +1004,7 @@ impl Real<'_> {
         std::fs::read_to_string(log)
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.split_once(' ').map(|(_, cmd)| cmd.to_owned()))
+            .filter_map(|l| l.split_once(' ').map(|(_, cmd)| cmd.trim().to_owned()))
             .collect()
     }
 
@@ -1406,7 +1406,11 @@ impl Real<'_> {
             "real_node: the reboot that never came back: {}",
             timed_out["message"]
         );
-        assert_eq!(self.boots().len(), boots_before + 1, "one boot after the hold");
+        assert_eq!(
+            self.boots().len(),
+            boots_before + 1,
+            "one boot after the hold"
+        );
 
         self.delete_nodewright(name).await;
         self.wait("the node uncordoned", || async {
@@ -1416,9 +1420,10 @@ impl Real<'_> {
         .await;
         self.wait_ready(&self.operator, 2).await;
         self.wait_ready(&self.webhook, 2).await;
-        self.wait("2 ready webhook endpoints after the lost reboot", || async {
-            Ok((self.webhook_endpoints().await.len() == 2).then_some(()))
-        })
+        self.wait(
+            "2 ready webhook endpoints after the lost reboot",
+            || async { Ok((self.webhook_endpoints().await.len() == 2).then_some(())) },
+        )
         .await;
     }
 
