@@ -10,7 +10,10 @@
 #   4. shows a bad NodeWright denied by the in-cluster webhook,
 #   5. applies a NodeWright whose package runs on the real node through the test agent and shows
 #      the stage's real logs (`kubectl logs`) and the node state the operator recorded,
-#   6. uninstalls and stops everything, also on Ctrl-C or failure.
+#   6. a package with a reboot interrupt: the node is cordoned, the agent's `reboot` reboots the
+#      real node (every container killed, NotReady, back with a new boot ID; the machine running
+#      the demo is never touched), post-interrupt runs on the new boot, the node is uncordoned,
+#   7. uninstalls and stops everything, also on Ctrl-C or failure.
 #
 # Usage: tests/demo-real-node.sh [--keep]   (--keep: leave everything running until Enter)
 set -euo pipefail
@@ -117,6 +120,58 @@ pod="$(kubectl -n nodewright get pods -l "job-name=${job}" -o jsonpath='{.items[
 container="$(kubectl -n nodewright get pod "${pod}" -o jsonpath='{.spec.initContainers[1].name}')"
 run kubectl -n nodewright logs "${pod}" -c "${container}"
 run kubectl get node "${real}" -o jsonpath='{.metadata.annotations.nodewright\.nvidia\.com/nodeState_real-demo}{"\n"}'
+
+say "A reboot interrupt: the real node reboots (the machine running this demo does not)"
+boot_before="$(kubectl get node "${real}" -o jsonpath='{.status.nodeInfo.bootID}')"
+echo "boot ID before: ${boot_before}"
+cat >"${work}/reboot.yaml" <<EOF
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: real-reboot
+spec:
+  nodeSelectors:
+    matchLabels: {kubernetes.io/hostname: ${real}}
+  packages:
+    kernel:
+      version: 1.0.0
+      image: nodewright.test/shellscript
+      interrupt: {type: reboot}
+      configMap:
+        apply.sh: |
+          echo "installing a pretend kernel on boot \$(cat /proc/sys/kernel/random/boot_id)"
+        post_interrupt.sh: |
+          echo "running on the new kernel, boot \$(cat /proc/sys/kernel/random/boot_id)"
+EOF
+run kubectl apply -f "${work}/reboot.yaml"
+t0=$(date +%s)
+# What a newcomer watches: cordon, the reboot (NotReady), the new boot ID, uncordon, complete.
+last=""
+deadline=$(( t0 + 300 ))
+while :; do
+  line="$(kubectl get node "${real}" -o jsonpath='unschedulable={.spec.unschedulable} Ready={.status.conditions[?(@.type=="Ready")].status} bootID={.status.nodeInfo.bootID}' 2>/dev/null || true)"
+  state="$(kubectl get nw real-reboot -o jsonpath='{.status.status}' 2>/dev/null || true)"
+  line="${line} nodewright=${state:-?}"
+  if [[ "${line}" != "${last}" ]]; then
+    printf '%4ss  %s\n' "$(( $(date +%s) - t0 ))" "${line}"
+    last="${line}"
+  fi
+  [[ "${state}" == complete && "${line}" != *unschedulable=true* ]] && break
+  (( $(date +%s) < deadline )) || { kubectl -n nodewright get jobs,pods -o wide; echo "the reboot interrupt did not complete" >&2; exit 1; }
+  sleep 1
+done
+boot_after="$(kubectl get node "${real}" -o jsonpath='{.status.nodeInfo.bootID}')"
+echo "boot ID after:  ${boot_after}"
+[[ "${boot_after}" != "${boot_before}" ]] || { echo "UNEXPECTED: the boot ID did not change" >&2; exit 1; }
+run kubectl get events -n default --field-selector "reason=Rebooted,involvedObject.name=${real}"
+echo "The node's supervisor: its boots and the host commands the agent ran on the node"
+run cat "${NODEWRIGHT_REAL_NODE_DIR}/boots.log" "${NODEWRIGHT_REAL_NODE_DIR}/host-commands.log"
+job="$(kubectl -n nodewright get jobs -l nodewright.nvidia.com/name=real-reboot,nodewright.nvidia.com/stage=post-interrupt -o jsonpath='{.items[0].metadata.name}')"
+pod="$(kubectl -n nodewright get pods -l "job-name=${job}" -o jsonpath='{.items[0].metadata.name}')"
+container="$(kubectl -n nodewright get pod "${pod}" -o jsonpath='{.spec.initContainers[1].name}')"
+run kubectl -n nodewright logs "${pod}" -c "${container}"
+run kubectl delete nw real-reboot --wait=true --timeout=120s
+run kubectl -n nodewright rollout status deploy/nw-nodewright-webhook --timeout=180s
 
 if ${keep}; then
   say "Everything keeps running; KUBECONFIG=${KUBECONFIG}. Press Enter to stop."

@@ -120,6 +120,14 @@ if ${real_node}; then
   # with the node address in its certificate).
   cat >>"${config}" <<EOF
   kubeApiserverCertSANs: ["${RN_NODE_IP}"]
+  # A real node that reboots (realnode.sh) is seen NotReady within seconds, not the default 40:
+  # its kubelet renews its lease every quarter of ${RN_NODE_LEASE_SECONDS}s, kwok the fake nodes'
+  # too, and the controller manager's grace period is twice the lease.
+  # (kwokctl multiplies every heartbeat setting by heartbeatFactor, 5 by default: these are meant.)
+  heartbeatFactor: 1
+  nodeLeaseDurationSeconds: ${RN_NODE_LEASE_SECONDS}
+  kubeControllerManagerNodeMonitorGracePeriodMilliseconds: $(( RN_NODE_LEASE_SECONDS * 2000 ))
+  kubeControllerManagerNodeMonitorPeriodMilliseconds: 1000
 componentsPatches:
 - name: kwok-controller
   extraArgs:
@@ -238,6 +246,7 @@ if ${real_node}; then
   echo "export NODEWRIGHT_REAL_NODE_IP=${RN_NODE_IP}"
   echo "export NODEWRIGHT_CONTAINERD_SOCK=$(rn_sock)"
   echo "export NODEWRIGHT_REAL_NODE_HOST_DIR=$(rn_root)/host"
+  echo "export NODEWRIGHT_REAL_NODE_DIR=$(rn_node_dir)"
 fi
 echo "# cluster ${name}: ${nodes} kwok nodes; logs in ${logs_dir}; stop with tests/controlplane/down.sh --name ${name}"
 echo "export NODEWRIGHT_LOGS_DIR=${logs_dir}"

@@ -24,6 +24,11 @@ use crate::interrupt::{self, InterruptError, InterruptType};
 /// Step log files kept per step (the newest).
 pub const KEPT_LOGS: usize = 5;
 
+/// A host file saying that `reboot` on this host reboots a test node, not a machine: written by the
+/// real node of tests/controlplane/realnode.sh into its own `/run` (lost on every reboot) once its
+/// stand-in `reboot` is in place.
+pub const NODE_ALLOWS_REBOOT: &str = "/run/nodewright-test-node/allow-reboot";
+
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error(transparent)]
@@ -539,17 +544,35 @@ impl Agent<'_> {
     }
 
     fn has_binary(&self, name: &str) -> bool {
-        ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-            .iter()
-            .any(|d| self.host(&format!("{d}/{name}")).exists())
+        [
+            "/usr/local/sbin",
+            "/usr/local/bin",
+            "/usr/bin",
+            "/bin",
+            "/usr/sbin",
+            "/sbin",
+        ]
+        .iter()
+        .any(|d| self.host(&format!("{d}/{name}")).exists())
+    }
+
+    /// Whether `reboot` may run on this host: the environment says so, or the host does (the test
+    /// real node writes [`NODE_ALLOWS_REBOOT`] into its own `/run` once its `reboot` is its own,
+    /// tests/controlplane/realnode.sh). Never by default: on a developer's machine a real `reboot`
+    /// would take the machine down. And only through the host's shell (see
+    /// [`exec::chroot_command`]): without it, this image's busybox `reboot` would run instead.
+    fn reboot_allowed(&self) -> bool {
+        (self.env.allow_reboot || self.host(NODE_ALLOWS_REBOOT).is_file())
+            && self.host("/bin/sh").is_file()
     }
 
     /// Why a command is only recorded instead of run, if it is.
     fn record_only(&self, kind: InterruptType, cmd: &[String]) -> Option<String> {
         let what = cmd.join(" ");
         match cmd.first().map(String::as_str) {
-            Some("reboot") if !self.env.allow_reboot => Some(format!(
-                "node_restart: reboot recorded, not executed (set {}=1 to really reboot the node)",
+            Some("reboot") if !self.reboot_allowed() => Some(format!(
+                "node_restart: reboot recorded, not executed (this host has no {NODE_ALLOWS_REBOOT}; \
+                 set {}=1 to really reboot it)",
                 crate::env::ALLOW_REBOOT
             )),
             Some("systemctl") => {
@@ -762,6 +785,59 @@ mod tests {
             .decode(&m)
             .expect("base64");
         assert_eq!(decoded, b"['apply', '???>>>']_[0, 3]");
+    }
+
+    #[test]
+    fn reboot_runs_only_where_the_host_or_the_environment_allows_it() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let inv = Invocation {
+            mode: Mode::Interrupt,
+            root_mount: root.path().display().to_string(),
+            copy_dir: "/copy".into(),
+            interrupt_b64: None,
+        };
+        let container_env = env(&[(crate::env::RESOURCE_ID, "nw-1-1_pkg_1.0.0")]);
+        let agent_env = AgentEnv::from_env(&container_env).expect("env");
+        let term = AtomicBool::new(false);
+        let agent = Agent {
+            inv: &inv,
+            env: &agent_env,
+            container_env: &container_env,
+            term: &term,
+        };
+        let reboot = vec!["reboot".to_string()];
+        std::fs::create_dir_all(root.path().join("bin")).expect("mkdir");
+        std::fs::write(root.path().join("bin/sh"), "").expect("the host's shell");
+        let why = agent
+            .record_only(InterruptType::NodeRestart, &reboot)
+            .expect("a plain host: recorded only");
+        assert!(why.contains("not executed"), "{why}");
+
+        // The real node says its `reboot` is its own.
+        let marker = root.path().join(NODE_ALLOWS_REBOOT.trim_start_matches('/'));
+        std::fs::create_dir_all(marker.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&marker, "stand-ins in place").expect("marker");
+        assert_eq!(agent.record_only(InterruptType::NodeRestart, &reboot), None);
+
+        // Or the environment does.
+        std::fs::remove_file(&marker).expect("rm");
+        let allowed_env = AgentEnv {
+            allow_reboot: true,
+            ..agent_env.clone()
+        };
+        let agent = Agent {
+            env: &allowed_env,
+            ..agent
+        };
+        assert_eq!(agent.record_only(InterruptType::NodeRestart, &reboot), None);
+
+        // Never without the host's shell (busybox's own `reboot` would run).
+        std::fs::remove_file(root.path().join("bin/sh")).expect("rm");
+        assert!(
+            agent
+                .record_only(InterruptType::NodeRestart, &reboot)
+                .is_some()
+        );
     }
 
     #[test]

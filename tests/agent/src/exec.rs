@@ -157,25 +157,34 @@ fn outcome(status: ExitStatus) -> Outcome {
     }
 }
 
-/// Runs the command to its end, or until `term` is set.
-pub fn run(r: &Run<'_>, term: &AtomicBool) -> Result<Outcome, ExecError> {
+/// The `chroot` command line for `r`. With a host shell, the command is started by it
+/// (`/bin/sh -c 'cd "$1"; shift; exec "$@"'`): the host's PATH lookup finds the host's command. A
+/// bare name given to `chroot` directly would run this image's busybox applet of that name instead
+/// (busybox prefers its applets), e.g. busybox `reboot`, which signals PID 1, the machine's init
+/// under hostPID, instead of the host's `reboot`.
+pub fn chroot_command(r: &Run<'_>) -> Command {
     let root = if r.root.is_empty() { "/" } else { r.root };
-    let program = r.argv.first().cloned().unwrap_or_default();
     let mut cmd = Command::new("chroot");
     cmd.arg(root);
-    if let Some(cwd) = r.cwd
-        && Path::new(&format!("{}/bin/sh", r.root)).exists()
-    {
+    if Path::new(&format!("{}/bin/sh", r.root)).exists() {
         cmd.args([
             "/bin/sh",
             "-c",
             "cd \"$1\" 2>/dev/null; shift; exec \"$@\"",
             "sh",
-            cwd,
+            r.cwd.unwrap_or("/"),
         ]);
     }
-    cmd.args(r.argv)
-        .env_clear()
+    cmd.args(r.argv);
+    cmd
+}
+
+/// Runs the command to its end, or until `term` is set.
+pub fn run(r: &Run<'_>, term: &AtomicBool) -> Result<Outcome, ExecError> {
+    let root = if r.root.is_empty() { "/" } else { r.root };
+    let program = r.argv.first().cloned().unwrap_or_default();
+    let mut cmd = chroot_command(r);
+    cmd.env_clear()
         .envs(r.env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -242,4 +251,43 @@ pub fn run(r: &Run<'_>, term: &AtomicBool) -> Result<Outcome, ExecError> {
         }
     }
     Ok(outcome(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_host_command_is_started_by_the_host_shell() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let root_path = root.path().display().to_string();
+        let argv = vec!["reboot".to_string()];
+        let env = BTreeMap::new();
+        let run = |cwd| Run {
+            root: &root_path,
+            cwd,
+            argv: &argv,
+            env: &env,
+            log: None,
+        };
+        // No shell on the host: chroot runs the command itself.
+        assert_eq!(
+            args(&chroot_command(&run(None))),
+            [root_path.as_str(), "reboot"]
+        );
+
+        std::fs::create_dir_all(root.path().join("bin")).expect("mkdir");
+        std::fs::write(root.path().join("bin/sh"), "").expect("sh");
+        let interrupt = args(&chroot_command(&run(None)));
+        assert_eq!(interrupt[1], "/bin/sh", "{interrupt:?}");
+        assert_eq!(&interrupt[4..], ["sh", "/", "reboot"], "{interrupt:?}");
+        let step = args(&chroot_command(&run(Some("/copy"))));
+        assert_eq!(&step[4..], ["sh", "/copy", "reboot"], "{step:?}");
+    }
 }

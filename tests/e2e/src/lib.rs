@@ -319,6 +319,7 @@ pub struct Cluster {
     nodes: Vec<String>,
     real_node: Option<String>,
     real_node_host_dir: Option<PathBuf>,
+    real_node_dir: Option<PathBuf>,
     pod_fates: bool,
     /// Whether dropping this value stops the cluster (local clusters not held in a static).
     teardown: bool,
@@ -462,11 +463,14 @@ impl Cluster {
         let mut bin_dir = None;
         let mut real_node = None;
         let mut real_node_host_dir = None;
+        let mut real_node_dir = None;
         for line in stdout.lines() {
             if let Some(node) = line.strip_prefix("export NODEWRIGHT_REAL_NODE=") {
                 real_node = Some(node.trim().to_owned());
             } else if let Some(dir) = line.strip_prefix("export NODEWRIGHT_REAL_NODE_HOST_DIR=") {
                 real_node_host_dir = Some(PathBuf::from(dir.trim()));
+            } else if let Some(dir) = line.strip_prefix("export NODEWRIGHT_REAL_NODE_DIR=") {
+                real_node_dir = Some(PathBuf::from(dir.trim()));
             }
             if let Some(path) = line.strip_prefix("export KUBECONFIG=") {
                 kubeconfig = Some(PathBuf::from(path.trim()));
@@ -492,6 +496,7 @@ impl Cluster {
                 .collect(),
             real_node,
             real_node_host_dir,
+            real_node_dir,
             pod_fates: true,
             teardown: true,
         })
@@ -528,6 +533,7 @@ impl Cluster {
             nodes: Vec::new(),
             real_node: std::env::var(ENV_EXTERNAL_REAL_NODE).ok(),
             real_node_host_dir: None,
+            real_node_dir: None,
             pod_fates,
             teardown: false,
         };
@@ -640,6 +646,14 @@ impl Cluster {
     /// host (copy and log roots), so a test leaves nothing on the machine.
     pub fn real_node_host_dir(&self) -> Option<&Path> {
         self.real_node_host_dir.as_deref()
+    }
+
+    /// The real node's supervisor records (tests/controlplane/realnode.sh, `rn_node_dir`):
+    /// `boots.log` (one line per boot: number, boot ID, time), `host-commands.log` (every `reboot`,
+    /// `systemctl` and `service` the node's stand-in ran), and `hold` (while it exists, a node that
+    /// went down stays down).
+    pub fn real_node_dir(&self) -> Option<&Path> {
+        self.real_node_dir.as_deref()
     }
 
     /// Names of the fake nodes (for an external cluster without kwok: its first nodes); the real

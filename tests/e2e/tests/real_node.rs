@@ -18,9 +18,18 @@
 //! 7. pause with a stage's container running: the Job is suspended and its container killed; resume
 //!    runs the stage again to completion;
 //! 8. a `service` interrupt: the node is cordoned, a real workload under a PodDisruptionBudget is
-//!    drained without ever dropping below the budget, the interrupt runs, the node is uncordoned;
-//! 9. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
-//!    nothing behind.
+//!    drained without ever dropping below the budget, the interrupt runs (the node's `systemctl`
+//!    records `daemon-reload`, then each service's restart, in order), the node is uncordoned;
+//! 9. a `reboot` interrupt reboots the real node for real (tests/controlplane/realnode.sh): cordon,
+//!    drain under the budget, every container killed (the interrupt's mid-command, the chart's
+//!    pods too), the node NotReady and back with a new boot ID (the kubelet's `Rebooted` event),
+//!    the interrupt completes in place, `post-interrupt` runs on the new boot, uncordon; never
+//!    erroring, every stage run once (the scripts' own record on the host), one reboot;
+//! 10. a reboot that never comes back within the interrupt's `stageTimeout` (the node held down)
+//!     ends timed out: the Job at its deadline, recorded once the node is back, a StageTimedOut
+//!     event; deleting the NodeWright releases the node;
+//! 11. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
+//!     nothing behind.
 //!
 //! Runs when `NODEWRIGHT_IMAGES_DIR` is set (tests/images/build.sh; tests/run-all.sh sets it), as
 //! root. Without it the test says so and passes.
@@ -115,6 +124,8 @@ async fn chart_and_package_stages_on_a_real_node() {
     t.pause_kills_a_running_stage_and_resume_completes_it()
         .await;
     t.service_interrupt_drains_under_a_pdb().await;
+    t.reboot_interrupt_reboots_the_node().await;
+    t.reboot_that_never_comes_back_times_out().await;
     t.upgrade_then_uninstall().await;
 }
 
@@ -906,8 +917,9 @@ impl Real<'_> {
         self.delete_nodewright(name).await;
     }
 
-    /// Step 8: A `service` interrupt: cordon, drain a real workload under its PDB, interrupt, uncordon.
-    async fn service_interrupt_drains_under_a_pdb(&self) {
+    /// A Deployment of 2 pods preferring the real node, under a PodDisruptionBudget of
+    /// minAvailable 1; returns once both run on the real node.
+    async fn start_workload(&self) {
         let workload = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "workload", "namespace": "default"},
@@ -935,45 +947,106 @@ impl Real<'_> {
         });
         self.apply(&workload).await.expect("workload");
         self.apply(&pdb).await.expect("pdb");
-        let on_real = || async {
-            self.items(&["get", "pods", "-n", "default", "-l", "app=workload"])
-                .await
-                .iter()
-                .filter(|p| {
-                    p["spec"]["nodeName"] == self.node.as_str()
-                        && p["status"]["phase"] == "Running"
-                        && p["metadata"]["deletionTimestamp"].is_null()
-                })
-                .count()
-        };
         self.wait("2 workload pods running on the real node", || async {
-            Ok((on_real().await == 2).then_some(()))
+            Ok((self.workload_on_real_node().await == 2).then_some(()))
         })
         .await;
+    }
 
-        // The budget, sampled all along: the workload never drops below minAvailable.
-        let sampling = Arc::new(AtomicBool::new(true));
-        let lowest = Arc::new(AtomicU64::new(u64::MAX));
-        let sampler = {
-            let (sampling, lowest) = (sampling.clone(), lowest.clone());
-            let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
-                Api::namespaced(self.client.clone(), "default");
-            tokio::spawn(async move {
-                while sampling.load(Ordering::Relaxed) {
-                    if let Ok(p) = pdbs.get("workload-pdb").await
-                        && let Some(s) = p.status
-                        && s.observed_generation.is_some()
-                    {
-                        lowest.fetch_min(s.current_healthy.max(0) as u64, Ordering::Relaxed);
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+    async fn workload_on_real_node(&self) -> usize {
+        self.items(&["get", "pods", "-n", "default", "-l", "app=workload"])
+            .await
+            .iter()
+            .filter(|p| {
+                p["spec"]["nodeName"] == self.node.as_str()
+                    && p["status"]["phase"] == "Running"
+                    && p["metadata"]["deletionTimestamp"].is_null()
             })
-        };
+            .count()
+    }
+
+    async fn stop_workload(&self) {
+        self.kubectl(&[
+            "delete",
+            "-n",
+            "default",
+            "deploy/workload",
+            "pdb/workload-pdb",
+        ])
+        .await;
+    }
+
+    /// Samples the workload's budget (currentHealthy) until finished: the lowest seen.
+    fn sample_budget(&self) -> Sampler<u64> {
+        let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            Api::namespaced(self.client.clone(), "default");
+        Sampler::start(
+            u64::MAX,
+            move || {
+                let pdbs = pdbs.clone();
+                async move {
+                    let p = pdbs.get("workload-pdb").await.ok()?;
+                    let s = p.status?;
+                    s.observed_generation?;
+                    Some(s.current_healthy.max(0) as u64)
+                }
+            },
+            |lowest, seen| {
+                if let Some(seen) = seen {
+                    *lowest = (*lowest).min(seen);
+                }
+            },
+        )
+    }
+
+    /// The real node's host commands so far (`host-commands.log`: `<time> <command> <args>`), as
+    /// `<command> <args>`.
+    fn host_commands(&self) -> Vec<String> {
+        let log = self.node_dir().join("host-commands.log");
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(_, cmd)| cmd.trim().to_owned()))
+            .collect()
+    }
+
+    fn node_dir(&self) -> PathBuf {
+        self.cluster
+            .real_node_dir()
+            .expect("the real node's supervisor directory")
+            .to_owned()
+    }
+
+    /// The real node's boots (`boots.log`): `(number, boot ID)`.
+    fn boots(&self) -> Vec<(String, String)> {
+        std::fs::read_to_string(self.node_dir().join("boots.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                Some((f.next()?.to_owned(), f.next()?.to_owned()))
+            })
+            .collect()
+    }
+
+    async fn boot_id(&self) -> String {
+        self.json(&["get", "node", &self.node]).await["status"]["nodeInfo"]["bootID"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Step 8: A `service` interrupt: cordon, drain a real workload under its PDB, interrupt (the
+    /// node's `systemctl` runs `daemon-reload`, then restarts each service in order), uncordon.
+    async fn service_interrupt_drains_under_a_pdb(&self) {
+        self.start_workload().await;
+        let budget = self.sample_budget();
+        let commands_before = self.host_commands().len();
 
         let name = "real-interrupt";
         let mut svc = Self::package("echo installing the service package");
-        svc["interrupt"] = json!({"type": "service", "services": ["nodewright-test.service"]});
+        svc["interrupt"] = json!({"type": "service",
+            "services": ["nodewright-test.service", "nodewright-other.service"]});
         self.apply(&self.nodewright(name, json!({"svc": svc})))
             .await
             .expect("apply");
@@ -983,7 +1056,7 @@ impl Real<'_> {
         })
         .await;
         self.wait("the workload drained off the real node", || async {
-            Ok((on_real().await == 0).then_some(()))
+            Ok((self.workload_on_real_node().await == 0).then_some(()))
         })
         .await;
         self.wait("svc complete", || async {
@@ -996,9 +1069,7 @@ impl Real<'_> {
             Ok((n["spec"]["unschedulable"] != true).then_some(()))
         })
         .await;
-        sampling.store(false, Ordering::Relaxed);
-        let _ = sampler.await;
-        let lowest = lowest.load(Ordering::Relaxed);
+        let lowest = budget.finish().await;
         assert!(
             lowest >= 1 && lowest != u64::MAX,
             "the workload dropped to {lowest} healthy pods (minAvailable 1)"
@@ -1026,19 +1097,339 @@ impl Real<'_> {
             ])
             .await;
         assert!(logs.contains("nodewright-test.service"), "{logs}");
+        // The node's systemctl ran: daemon-reload, then the merged services in (sorted) order.
+        let commands = self.host_commands().split_off(commands_before);
+        assert_eq!(
+            commands,
+            [
+                "systemctl daemon-reload",
+                "systemctl restart nodewright-other.service",
+                "systemctl restart nodewright-test.service",
+            ],
+            "the host commands of the service interrupt"
+        );
 
         self.delete_nodewright(name).await;
-        self.kubectl(&[
-            "delete",
-            "-n",
-            "default",
-            "deploy/workload",
-            "pdb/workload-pdb",
-        ])
+        self.stop_workload().await;
+    }
+
+    /// Step 9: A `reboot` interrupt, for real: the node is cordoned, a real workload under its
+    /// PDB drained, the agent's `reboot` reaches the node, which goes down (every container
+    /// SIGKILLed, the interrupt's mid-command, the operator's and the webhook's with them), is
+    /// seen NotReady and comes back with a new boot ID; the interrupt pod finds its flag and
+    /// completes, `post-interrupt` runs on the new boot, the node is uncordoned. No stage ever
+    /// erroring, none run twice (the scripts' own record on the host), one reboot.
+    async fn reboot_interrupt_reboots_the_node(&self) {
+        let old_boot = self.boot_id().await;
+        assert!(!old_boot.is_empty(), "the node reports no boot ID");
+        let boots_before = self.boots().len();
+        let commands_before = self.host_commands().len();
+        self.start_workload().await;
+        let budget = self.sample_budget();
+
+        let name = "real-reboot";
+        // The node's state sampled all along: never erroring.
+        let erroring = {
+            let api: Api<nodewright_shared::api::NodeWright> = Api::all(self.client.clone());
+            let node = self.node.clone();
+            Sampler::start(
+                Vec::<String>::new(),
+                move || {
+                    let (api, node) = (api.clone(), node.clone());
+                    async move {
+                        let mut seen = Vec::new();
+                        if let Ok(Some(nw)) = api.get_opt(name).await
+                            && let Some(status) = nw.status
+                            && let Ok(v) = serde_json::to_value(&status)
+                            && let Some(entries) = v["nodeState"][&node].as_object()
+                        {
+                            for (key, entry) in entries {
+                                if entry["state"] == "erroring" {
+                                    seen.push(format!("{key}: {entry}"));
+                                }
+                            }
+                        }
+                        seen
+                    }
+                },
+                |all, seen| all.extend(seen),
+            )
+        };
+        // Each stage records the boot it ran in, on the host (its scripts run chrooted there).
+        let runs = self.host_dir.join("reboot-runs.log");
+        let record = |stage: &str| {
+            format!(
+                "echo \"{stage} $(cat /proc/sys/kernel/random/boot_id)\" >> {}",
+                runs.display()
+            )
+        };
+        let mut pkg = Self::package(&record("apply"));
+        pkg["configMap"] = json!({
+            "apply.sh": record("apply"),
+            "apply_check.sh": record("apply_check"),
+            "post_interrupt.sh": record("post_interrupt"),
+            "post_interrupt_check.sh": record("post_interrupt_check"),
+        });
+        pkg["interrupt"] = json!({"type": "reboot"});
+        pkg["stageTimeout"] = json!("5m");
+        self.apply(&self.nodewright(name, json!({"rb": pkg})))
+            .await
+            .expect("apply");
+        self.wait("the node cordoned for the reboot", || async {
+            let n = self.json(&["get", "node", &self.node]).await;
+            Ok((n["spec"]["unschedulable"] == true).then_some(()))
+        })
+        .await;
+        self.wait("the workload drained off the real node", || async {
+            Ok((self.workload_on_real_node().await == 0).then_some(()))
+        })
+        .await;
+        let boot = self
+            .wait("the node rebooted (a new boot)", || async {
+                Ok(self.boots().get(boots_before).cloned())
+            })
+            .await;
+        self.wait("the kubelet reports the new boot ID", || async {
+            Ok((self.boot_id().await == boot.1).then_some(()))
+        })
+        .await;
+        self.wait("rb complete after the reboot", || async {
+            let (stage, state) = self.package_state(name, "rb").await;
+            Ok((stage == "post-interrupt" && state == "complete").then_some(()))
+        })
+        .await;
+        self.wait("the node uncordoned", || async {
+            let n = self.json(&["get", "node", &self.node]).await;
+            Ok((n["spec"]["unschedulable"] != true).then_some(()))
+        })
+        .await;
+        let lowest = budget.finish().await;
+        let erroring = erroring.finish().await;
+
+        // The boot: new, recorded by the kubelet (its Rebooted event) and seen NotReady between.
+        let new_boot = boot.1;
+        assert_ne!(new_boot, old_boot, "the boot ID did not change");
+        let rebooted = self
+            .wait("the kubelet's Rebooted event", || async {
+                Ok(self
+                    .events(Some("default"), "Rebooted")
+                    .await
+                    .into_iter()
+                    .find(|e| {
+                        e["involvedObject"]["name"] == self.node.as_str()
+                            && e["message"].as_str().is_some_and(|m| m.contains(&new_boot))
+                    }))
+            })
+            .await;
+        eprintln!("real_node: {}", rebooted["message"]);
+        assert_eq!(self.boots().len(), boots_before + 1, "exactly one reboot");
+        let commands = self.host_commands().split_off(commands_before);
+        assert_eq!(commands, ["reboot"], "the host commands of the reboot");
+        assert!(
+            lowest >= 1 && lowest != u64::MAX,
+            "the workload dropped to {lowest} healthy pods (minAvailable 1)"
+        );
+        assert!(
+            erroring.is_empty(),
+            "erroring during the reboot: {erroring:#?}"
+        );
+        let status = self.status(name).await;
+        assert_eq!(status["nodeStatus"][&self.node], "complete", "{status}");
+
+        // Every stage ran exactly once, the post-interrupt ones on the new boot.
+        let runs = std::fs::read_to_string(&runs).expect("the stages' record");
+        let runs: Vec<&str> = runs.lines().collect();
+        assert_eq!(
+            runs,
+            [
+                format!("apply {old_boot}"),
+                format!("apply_check {old_boot}"),
+                format!("post_interrupt {new_boot}"),
+                format!("post_interrupt_check {new_boot}"),
+            ],
+            "each stage once, the post-interrupt ones after the reboot"
+        );
+
+        // The interrupt: its Job complete, its container killed by the reboot (the previous run's
+        // last state), then restarted in place and done (the agent found its flag).
+        let interrupt = self
+            .jobs_of(name)
+            .await
+            .into_iter()
+            .find(|j| j["metadata"]["labels"]["nodewright.nvidia.com/interrupt"].is_string())
+            .expect("the interrupt Job is retained");
+        let pods = self
+            .pods_of_job(interrupt["metadata"]["name"].as_str().unwrap_or_default())
+            .await;
+        let killed: Vec<Value> = pods
+            .iter()
+            .flat_map(|p| {
+                p["status"]["initContainerStatuses"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|c| c["lastState"]["terminated"].as_object().cloned())
+            .map(Value::Object)
+            .collect();
+        eprintln!(
+            "real_node: the interrupt's pods after the reboot: {}",
+            serde_json::to_string(
+                &pods
+                    .iter()
+                    .map(
+                        |p| json!({"name": p["metadata"]["name"], "phase": p["status"]["phase"],
+                                    "init": p["status"]["initContainerStatuses"]})
+                    )
+                    .collect::<Vec<_>>()
+            )
+            .unwrap_or_default()
+        );
+        // The kubelet records a container that died with its node as `Unknown`/255 (its shim died
+        // with it, so nobody saw the exit); a signal is 137/143. A replacement pod: gone with it.
+        let gone_with_the_node = pods.len() > 1;
+        assert!(
+            gone_with_the_node
+                || killed.iter().any(|t| {
+                    matches!(t["exitCode"].as_i64(), Some(137 | 143))
+                        || (t["exitCode"] == 255 && t["reason"] == "Unknown")
+                }),
+            "the interrupt container was not killed by the reboot: {pods:#?}"
+        );
+
+        // Time from the interrupt's start to post-interrupt complete.
+        let post = self
+            .jobs_of(name)
+            .await
+            .into_iter()
+            .find(|j| j["metadata"]["labels"]["nodewright.nvidia.com/stage"] == "post-interrupt")
+            .expect("the post-interrupt Job is retained");
+        let started = interrupt["metadata"]["creationTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        let done = post["status"]["completionTime"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        if let (Some(started), Some(done)) = (started, done) {
+            eprintln!(
+                "real_node: reboot interrupt: interrupt Job created {started}, post-interrupt complete {done}: {}s",
+                done.duration_since(started).as_secs()
+            );
+        }
+
+        self.delete_nodewright(name).await;
+        self.stop_workload().await;
+        // The chart's pods are back (restarted in place after the reboot) before the next step.
+        self.wait_ready(&self.operator, 2).await;
+        self.wait_ready(&self.webhook, 2).await;
+        self.wait("2 ready webhook endpoints after the reboot", || async {
+            Ok((self.webhook_endpoints().await.len() == 2).then_some(()))
+        })
         .await;
     }
 
-    /// Step 9: helm upgrade keeps admission and rotates nothing; helm uninstall leaves nothing.
+    /// Step 10: A reboot that never comes back within the interrupt's `stageTimeout`: the node
+    /// is held down (the supervisor's `hold`), the Job controller ends the interrupt Job at its
+    /// deadline, and once the node is back the operator records the interrupt timed out, with the
+    /// Job kept as evidence and a StageTimedOut event; deleting the NodeWright releases the node.
+    async fn reboot_that_never_comes_back_times_out(&self) {
+        let hold = self.node_dir().join("hold");
+        std::fs::write(&hold, "held down by real_node.rs").expect("hold the node down");
+        let boots_before = self.boots().len();
+        let name = "real-reboot-lost";
+        let mut pkg = Self::package("echo before the lost reboot");
+        pkg["interrupt"] = json!({"type": "reboot"});
+        pkg["stageTimeout"] = json!("30s");
+        self.apply(&self.nodewright(name, json!({"lost": pkg})))
+            .await
+            .expect("apply");
+        let job = self
+            .wait("the interrupt Job ended at its deadline", || async {
+                Ok(self.jobs_of(name).await.into_iter().find(|j| {
+                    j["metadata"]["labels"]["nodewright.nvidia.com/interrupt"].is_string()
+                        && j["status"]["conditions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|c| {
+                                matches!(c["type"].as_str(), Some("FailureTarget" | "Failed"))
+                                    && c["status"] == "True"
+                                    && c["reason"] == "DeadlineExceeded"
+                            })
+                }))
+            })
+            .await;
+        // Still down all that time: no new boot.
+        assert_eq!(self.boots().len(), boots_before, "the node came back");
+        let node = self.json(&["get", "node", &self.node]).await;
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| c["status"].clone());
+        assert_ne!(ready, Some(json!("True")), "a node held down is not Ready");
+        std::fs::remove_file(&hold).expect("release the node");
+        let job_name = job["metadata"]["name"].as_str().unwrap_or_default();
+        let recorded = self
+            .wait("the interrupt recorded timed out", || async {
+                let j = self.json(&["get", "job", "-n", &self.ns, job_name]).await;
+                Ok(
+                    (j["metadata"]["annotations"]["nodewright.nvidia.com/state-recorded"]
+                        == "timed-out")
+                        .then_some(j),
+                )
+            })
+            .await;
+        assert!(
+            recorded["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Failed" && c["reason"] == "DeadlineExceeded"),
+            "{}",
+            recorded["status"]
+        );
+        let (stage, state) = self.package_state(name, "lost").await;
+        assert_eq!((stage.as_str(), state.as_str()), ("interrupt", "erroring"));
+        let timed_out = self
+            .wait("the StageTimedOut event of the lost reboot", || async {
+                Ok(self
+                    .events(None, "StageTimedOut")
+                    .await
+                    .into_iter()
+                    .find(|e| {
+                        e["involvedObject"]["name"] == name
+                            && e["message"].as_str().is_some_and(|m| m.contains("lost"))
+                    }))
+            })
+            .await;
+        eprintln!(
+            "real_node: the reboot that never came back: {}",
+            timed_out["message"]
+        );
+        assert_eq!(
+            self.boots().len(),
+            boots_before + 1,
+            "one boot after the hold"
+        );
+
+        self.delete_nodewright(name).await;
+        self.wait("the node uncordoned", || async {
+            let n = self.json(&["get", "node", &self.node]).await;
+            Ok((n["spec"]["unschedulable"] != true).then_some(()))
+        })
+        .await;
+        self.wait_ready(&self.operator, 2).await;
+        self.wait_ready(&self.webhook, 2).await;
+        self.wait(
+            "2 ready webhook endpoints after the lost reboot",
+            || async { Ok((self.webhook_endpoints().await.len() == 2).then_some(())) },
+        )
+        .await;
+    }
+
+    /// Step 11: helm upgrade keeps admission and rotates nothing; helm uninstall leaves nothing.
     async fn upgrade_then_uninstall(&self) {
         let tls_before = self
             .secret(&format!("{REL}-nodewright-webhook-tls"), "tls.crt")
@@ -1155,6 +1546,41 @@ impl AdmissionLoop {
             failures.len(),
             &failures[..failures.len().min(10)]
         );
+    }
+}
+
+/// A value folded from a probe run every 200 ms until [`Sampler::finish`].
+struct Sampler<T> {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<T>,
+}
+
+impl<T: Send + 'static> Sampler<T> {
+    fn start<U, F, Fut>(initial: T, mut probe: F, fold: fn(&mut T, U)) -> Self
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = U> + Send,
+        U: Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut value = initial;
+                while !stop.load(Ordering::Relaxed) {
+                    let seen = probe().await;
+                    fold(&mut value, seen);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                value
+            })
+        };
+        Sampler { stop, task }
+    }
+
+    async fn finish(self) -> T {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("the sampler task")
     }
 }
 
