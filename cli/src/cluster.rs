@@ -8,7 +8,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
-use nodewright_operator::jobs::{DEFAULT_RUNTIME_REQUIRED_TAINT, RuntimeTaint};
+use nodewright_core::jobs::{DEFAULT_RUNTIME_REQUIRED_TAINT, RuntimeTaint};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use nodewright_shared::defaults::OperatorDefaults;
 use nodewright_shared::keys;

@@ -59,8 +59,8 @@ pub fn main_exit() -> ExitCode {
 fn init_tracing(verbose: u8) {
     let filter = match verbose {
         0 => return,
-        1 => "nodewright_cli=debug,nodewright_operator=info",
-        _ => "nodewright_cli=trace,nodewright_operator=debug,kube=debug",
+        1 => "nodewright_cli=debug,nodewright_core=info",
+        _ => "nodewright_cli=trace,nodewright_core=debug,kube=debug",
     };
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -4,7 +4,9 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use nodewright_operator::preview::{holds_cordon, package_done, parse_state};
+use nodewright_core::node::cordon::holds_cordon;
+use nodewright_core::node::state::parse_state;
+use nodewright_core::rollout::stages::package_done;
 use nodewright_shared::api::{NodeWright, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, PackageStatus, State};

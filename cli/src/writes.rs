@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use nodewright_operator::preview::{NodeEdit, node_patch};
+use nodewright_core::node::edit::{NodeEdit, node_patch};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use serde::Serialize;
 use serde_json::Value;

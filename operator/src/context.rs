@@ -10,8 +10,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use tokio_util::sync::CancellationToken;
 
-use crate::jobs::stored::{StoredJob, StoredPod};
 use crate::runtime::config::OperatorConfig;
+use nodewright_core::jobs::stored::{StoredJob, StoredPod};
 
 /// A last edit applied to every Job just before it is created. For tests on the local control plane,
 /// where a pod's fate (succeed, fail, hang...) is chosen by a label on its template; the operator

@@ -1,9 +1,11 @@
 //! The reconcilers' error type: every variant names what was being done and to which object, so a
 //! log line is enough to find the problem.
 
-use crate::jobs::JobBuildError;
-use crate::node::edit::NodeWriteError;
-use crate::rollout::selection::SelectorError;
+use nodewright_core::jobs::JobBuildError;
+use nodewright_core::jobs::configmaps::ConfigMapError;
+use nodewright_core::rollout::selection::SelectorError;
+
+use crate::writes::NodeWriteError;
 
 /// Why a reconcile failed (it is retried with back-off).
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +38,9 @@ pub enum ReconcileError {
         /// The parse error.
         reason: String,
     },
+    /// A package or node-metadata ConfigMap could not be built.
+    #[error(transparent)]
+    ConfigMap(#[from] ConfigMapError),
     /// JSON (de)serialisation of an operator-owned value failed.
     #[error("{what}: {source}")]
     Json {

@@ -1,33 +1,22 @@
-//! The NodeWright operator. The folders show its architecture:
+//! The NodeWright operator: the runtime, the writes, and the code that carries out decisions. What
+//! it decides (the Jobs, the node edits, the rollout planner) is the pure `nodewright-core` crate;
+//! the folders here show the rest:
 //!
 //! - [`runtime`]: the process around the reconcilers: configuration, leader election, the admin
 //!   server, telemetry and the watch-fed caches;
-//! - [`jobs`]: pure: the package-stage and interrupt Jobs (DESIGN §4.1, §4.2) and their package
-//!   ConfigMaps, their drift hash, reading a Job's state, and the classification of a finished Job
-//!   (§4.4);
-//! - [`node`]: pure: the per-node state of a NodeWright, the node edits (annotations, labels,
-//!   taints, cordon) and the node conditions;
+//! - [`run::run`]: wires the caches, leader election and, per leadership term, the reconcilers;
 //! - [`writes`]: every API write, through one term-gated [`writes::Writer`];
-//! - [`rollout`]: the NodeWright reconciler (selection, budget, a pure pass decision, then its acts);
+//! - [`rollout`]: the NodeWright reconciler: reads a NodeWright's nodes, Jobs and policy, runs the
+//!   core's pass decision and carries it out (node edits, Jobs, drains, status);
 //! - [`outcomes`]: the Job/Pod reconciler that records outcomes in node state, and the `last-logs`
 //!   evidence;
 //! - [`metrics`]: the `nodewright_*` metrics served at `/metrics`;
-//! - [`preview`]: the command line's window: a rollout preview from the same pure planner, and the
-//!   pure node-state pieces `kubectl nodewright` writes with;
-//! - [`webhook_certs`]: the webhook's CA, serving certificate and caBundle (leader only);
-//! - [`run::run`]: wires the caches, leader election and, per leadership term, the reconcilers.
-//!
-//! Everything under `jobs/` and `node/` needs no API call, so it is tested exhaustively without a
-//! cluster.
+//! - [`webhook_certs`]: the webhook's CA, serving certificate and caBundle (leader only).
 
 pub(crate) mod context;
 pub(crate) mod error;
-pub mod jobs;
 pub mod metrics;
-pub(crate) mod naming;
-pub(crate) mod node;
 pub(crate) mod outcomes;
-pub mod preview;
 pub(crate) mod rollout;
 pub mod run;
 pub mod runtime;

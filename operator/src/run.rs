@@ -10,6 +10,8 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, reflector::reflector, watcher};
+use nodewright_core::jobs::stored::{StoredJob, StoredPod};
+use nodewright_core::rollout::wake::concerned;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use nodewright_shared::keys;
 use tokio::sync::{broadcast, watch};
@@ -17,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::context::{Context, RunOptions};
-use crate::jobs::stored::{StoredJob, StoredPod};
 use crate::metrics::LeaderMetrics;
 use crate::metrics::state::StateMetrics;
 use crate::runtime::config::OperatorConfig;
@@ -329,7 +330,10 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             let nodewrights = ctx.nodewrights.clone();
             move |node: Node| {
                 let all = nodewrights.state();
-                rollout::wake::concerned(all.iter().map(AsRef::as_ref), &node)
+                concerned(all.iter().map(AsRef::as_ref), &node)
+                    .into_iter()
+                    .map(ObjectRef::from_obj)
+                    .collect::<Vec<_>>()
             }
         })
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())

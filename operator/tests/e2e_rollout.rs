@@ -615,8 +615,8 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
         .get(&first)
         .await
         .expect("the disrupted attempt is kept by the Job");
-    assert!(nodewright_operator::jobs::outcome::is_disrupted(
-        &nodewright_operator::jobs::stored::StoredPod::of(&disrupted)
+    assert!(nodewright_core::jobs::outcome::is_disrupted(
+        &nodewright_core::jobs::stored::StoredPod::of(&disrupted)
     ));
     let state = node_state(&client, &node, &ns).await.expect("node state");
     let r = state.get("dis", "1.0.0").expect("record");

@@ -10,11 +10,12 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
-use nodewright_operator::jobs::PackageAnnotation;
-use nodewright_operator::jobs::stored::StoredJob;
-use nodewright_operator::preview::{
+use nodewright_core::jobs::PackageAnnotation;
+use nodewright_core::jobs::read::{node_of, package_of};
+use nodewright_core::jobs::stored::StoredJob;
+use nodewright_core::naming::{
     INTERRUPT_CONTAINER_NAME, PAUSE_CONTAINER_NAME, check_container_name, init_container_name,
-    node_of, package_of, stage_container_name,
+    stage_container_name,
 };
 use nodewright_shared::keys;
 use nodewright_shared::node_state::Stage;

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use nodewright_operator::preview::{NodeEdit, NodeSelection};
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::rollout::selection::NodeSelection;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde::Serialize;

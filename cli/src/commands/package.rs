@@ -2,7 +2,8 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use nodewright_operator::preview::{NodeEdit, parse_state};
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::state::parse_state;
 use nodewright_shared::api::{NodeWright, Package};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{PackageStatus, Stage, State};

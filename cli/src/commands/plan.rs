@@ -1,5 +1,5 @@
 //! `plan`: a rollout preview computed by the operator's own planner
-//! ([`nodewright_operator::preview`]) from the cluster's objects, or with the changed NodeWright
+//! ([`nodewright_core::preview`]) from the cluster's objects, or with the changed NodeWright
 //! (and policies) of a manifest.
 
 use std::collections::BTreeMap;
@@ -7,7 +7,7 @@ use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use nodewright_operator::preview::{Blocker, NodePreview, Preview, Snapshot, preview};
+use nodewright_core::preview::{Blocker, NodePreview, Preview, Snapshot, preview};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright, Sequencing};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::Stage;

@@ -2,9 +2,11 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use nodewright_operator::preview::{
-    NodeEdit, initial_batch_state, parse_state, reset_edit, uncordon,
-};
+use nodewright_core::node::cordon::uncordon;
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::state::parse_state;
+use nodewright_core::rollout::batches;
+use nodewright_core::rollout::reboots::reset_edit;
 use nodewright_shared::api::NodeWrightStatus;
 use nodewright_shared::keys;
 use serde_json::{Map, Value, json};
@@ -49,9 +51,9 @@ fn batch_reset_patch(status: &NodeWrightStatus, full: bool) -> Option<Value> {
     for (name, c) in &status.compartment_statuses {
         let Some(b) = &c.batch_state else { continue };
         let fresh = if full {
-            initial_batch_state(0, 0)
+            batches::initial(0, 0)
         } else {
-            initial_batch_state(
+            batches::initial(
                 usize::try_from(c.completed).unwrap_or(0),
                 usize::try_from(b.failed_nodes).unwrap_or(0),
             )

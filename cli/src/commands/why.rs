@@ -5,20 +5,21 @@
 //!
 //! Every judgement is the operator's: the genuine-failure predicate, the timeout cause, the
 //! attempt limit (`jobs::outcome`), the recorded outcome (`state-recorded`), the blockers
-//! ([`nodewright_operator::preview`]).
+//! ([`nodewright_core::preview`]).
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use nodewright_operator::jobs::outcome::{
+use nodewright_core::jobs::outcome::{
     DEADLINE_EXCEEDED, attempt_limit, attempts, is_disrupted, is_genuine_failure,
     terminated_with_failure, timeout_cause,
 };
-use nodewright_operator::jobs::stored::{StoredJob, StoredPod};
-use nodewright_operator::preview::{
-    Blocker, NodePreview, Recorded, interrupt_job_name, is_finished, package_done,
-    package_job_name, parse_state, preview, recorded,
-};
+use nodewright_core::jobs::read::{Recorded, is_finished, recorded};
+use nodewright_core::jobs::stored::{StoredJob, StoredPod};
+use nodewright_core::naming::{interrupt_job_name, package_job_name};
+use nodewright_core::node::state::parse_state;
+use nodewright_core::preview::{Blocker, NodePreview, preview};
+use nodewright_core::rollout::stages::package_done;
 use nodewright_shared::api::{NodeWright, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};

@@ -139,7 +139,7 @@ impl Metrics {
             state::samples(&nodewright, &status, &Default::default()),
         );
         state.count_reconcile("nodewright", state::Outcome::Success);
-        let annotation = crate::jobs::PackageAnnotation {
+        let annotation = nodewright_core::jobs::PackageAnnotation {
             name: "example".into(),
             version: "1.0.0".into(),
             nodewright: "example".into(),
@@ -166,7 +166,7 @@ impl Metrics {
             }]),
             ..Default::default()
         });
-        let stored = crate::jobs::stored::StoredJob::of(&job);
+        let stored = nodewright_core::jobs::stored::StoredJob::of(&job);
         state
             .stages()
             .finished(&stored, &[], stages::StageResult::TimedOut);

@@ -12,16 +12,16 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
+use nodewright_core::jobs::outcome::{
+    CONTAINER_STATUS_UNKNOWN, is_disrupted, is_genuine_failure, terminated_with_failure,
+};
+use nodewright_core::jobs::stored::{StoredContainerStatus, StoredJob, StoredPod};
 use nodewright_shared::keys;
 use serde_json::json;
 use tracing::{debug, info};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::jobs::outcome::{
-    CONTAINER_STATUS_UNKNOWN, is_disrupted, is_genuine_failure, terminated_with_failure,
-};
-use crate::jobs::stored::{StoredContainerStatus, StoredJob, StoredPod};
 use crate::writes::failed;
 
 /// Most bytes of the annotation (annotations share a 256 KiB budget per object).

@@ -8,7 +8,7 @@
 //!   Then `nodewright.nvidia.com/state-recorded` and the TTL go on the Job, and only from then on may
 //!   anything delete it.
 //! - Evidence: a timed-out or stuck Job gets the `last-logs` annotation ([`crate::outcomes::evidence`]).
-//! - Disrupted pods are ignored everywhere (the one predicate of [`crate::jobs::outcome`]).
+//! - Disrupted pods are ignored everywhere (the one predicate of [`nodewright_core::jobs::outcome`]).
 //!
 //! Every node write re-reads the node and carries the resourceVersion precondition; a record is only
 //! written over the same stage it describes (a late or repeated event can never move a package back).
@@ -23,24 +23,24 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use nodewright_core::jobs::PackageAnnotation;
+use nodewright_core::jobs::outcome::{
+    JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, evidence_to_prune,
+    is_interrupt_job, timeout_cause,
+};
+use nodewright_core::jobs::read::{Recorded, node_of, package_of, recorded};
+use nodewright_core::jobs::stored::{CONTROLLER_UID_LABEL, StoredJob, StoredPod};
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::record::{Record, apply_record};
+use nodewright_core::node::state::parse_state;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::State;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::jobs::PackageAnnotation;
-use crate::jobs::outcome::{
-    JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, evidence_to_prune,
-    is_interrupt_job, timeout_cause,
-};
-use crate::jobs::read::{Recorded, node_of, package_of, recorded};
-use crate::jobs::stored::{CONTROLLER_UID_LABEL, StoredJob, StoredPod};
 use crate::metrics::stages::StageResult;
 use crate::metrics::state::Outcome;
-use crate::node::edit::NodeEdit;
-use crate::node::record::{Record, apply_record};
-use crate::node::state::parse_state;
 use crate::writes::{Unchanged, WriteError};
 
 /// How long a Job may sit at `FailureTarget` before it is looked at again.
@@ -170,7 +170,7 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
     match outcome {
         JobOutcome::Running => {
             // A suspended (paused) Job's pods are killed by the suspension, not by the package.
-            let failed = if crate::jobs::read::is_suspended(job) {
+            let failed = if nodewright_core::jobs::read::is_suspended(job) {
                 0
             } else {
                 attempts(&pods)

@@ -1,4 +1,4 @@
-//! The acts of a pass on its nodes, once [`super::pass::decide`] has decided: advance the nodes it
+//! The acts of a pass on its nodes, once [`nodewright_core::rollout::pass::decide`] has decided: advance the nodes it
 //! works on, mark the others (status, cordon release, runtime taint, absorbed outcomes), and sync
 //! each node's NodeWright conditions.
 //!
@@ -15,19 +15,19 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::state::{parse_state, status_edit};
+use nodewright_core::node::{conditions, cordon};
+use nodewright_core::rollout::pass::{self, PassDecision, PassInput};
+use nodewright_core::rollout::runtime_taint;
+use nodewright_core::rollout::status::any_erroring;
 use nodewright_shared::api::{NodeWright, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::NodeState;
 
 use super::node_work::{self, NodeWork};
-use super::pass::{self, PassDecision, PassInput};
-use super::runtime_taint;
-use super::status::any_erroring;
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::node::edit::NodeEdit;
-use crate::node::state::{parse_state, status_edit};
-use crate::node::{conditions, cordon};
 use crate::writes::Unchanged;
 
 /// Nodes acted on at once in a pass.

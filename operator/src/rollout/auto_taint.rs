@@ -1,6 +1,6 @@
 //! `autoTaintNewNodes` (upstream-operator.md §7.2): a node that joins the fleet is tainted with the
 //! runtime-required taint before any NodeWright touches it, so workloads stay off it until every
-//! `runtimeRequired` NodeWright is complete there (then [`super::runtime_taint`] lifts the taint).
+//! `runtimeRequired` NodeWright is complete there (then [`nodewright_core::rollout::runtime_taint`] lifts the taint).
 //!
 //! A node is new when it carries no `nodewright.nvidia.com/` annotation at all: a node the operator
 //! has worked on, or tainted before, is never tainted again (the taint, once lifted, stays lifted).
@@ -20,13 +20,13 @@ use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use tracing::info;
 
-use super::selection::NodeSelection;
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::jobs::RuntimeTaint;
-use crate::naming;
-use crate::node::edit::NodeEdit;
 use crate::writes::Unchanged;
+use nodewright_core::jobs::RuntimeTaint;
+use nodewright_core::naming;
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::rollout::selection::NodeSelection;
 
 /// The marker value.
 const TAINTED: &str = "true";

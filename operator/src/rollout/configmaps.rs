@@ -1,18 +1,18 @@
 //! The rollout's ConfigMap acts: list a NodeWright's package ConfigMaps, bring them in line with its
 //! packages, and apply a node's metadata ConfigMap before a Job mounts it. What they contain is
-//! built by [`crate::jobs::configmaps`].
+//! built by [`nodewright_core::jobs::configmaps`].
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use nodewright_core::jobs::configmaps::{
+    NODE_META_LABEL, node_metadata_configmap, package_configmap, wanted_package_configmaps,
+};
+use nodewright_core::naming;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 
 use crate::error::ReconcileError;
-use crate::jobs::configmaps::{
-    NODE_META_LABEL, node_metadata_configmap, package_configmap, wanted_package_configmaps,
-};
-use crate::naming;
 use crate::writes::{Writer, failed};
 
 /// The package ConfigMaps of the NodeWright: labelled with its name, not node-metadata ones (one

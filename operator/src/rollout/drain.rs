@@ -1,14 +1,14 @@
 //! Draining a node before its interrupt: evict what must leave (through the term-gated writer),
-//! wait for what may not be interrupted. Which pods those are is decided by [`crate::node::cordon`].
+//! wait for what may not be interrupted. Which pods those are is decided by [`nodewright_core::node::cordon`].
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use nodewright_core::node::cordon::{holding_pods, should_evict};
 use tracing::{debug, info};
 
 use crate::error::ReconcileError;
-use crate::node::cordon::{holding_pods, should_evict};
 use crate::writes::Writer;
 
 /// Evicts what must leave `node`; `true` once nothing that must leave is left. Pods being deleted

@@ -3,12 +3,14 @@
 //! claim; the node state stays as the record of what is installed) before the finalizer is removed.
 //! Jobs and ConfigMaps go with the NodeWright through their owner references.
 //! Uninstall-enabled packages are uninstalled first: while one is still recorded on a node, the
-//! rollout keeps running in deletion mode ([`super::uninstall`]) and this cleanup waits.
+//! rollout keeps running in deletion mode ([`nodewright_core::rollout::uninstall`]) and this cleanup waits.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Patch;
 use kube::runtime::controller::Action;
+use nodewright_core::node::cordon;
+use nodewright_core::node::edit::NodeEdit;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde_json::{Value, json};
@@ -16,8 +18,6 @@ use tracing::info;
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::node::cordon;
-use crate::node::edit::NodeEdit;
 use crate::writes::{Unchanged, failed};
 
 /// Whether the NodeWright carries the finalizer.
@@ -74,7 +74,7 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
                 Some(cleanup_edit(node, &name))
             })
             .await?;
-        let patch = crate::node::conditions::remove_patch(&cached, &name);
+        let patch = nodewright_core::node::conditions::remove_patch(&cached, &name);
         ctx.writer.patch_node_conditions(&cached, patch).await?;
     }
     let index = nodewright

@@ -7,15 +7,17 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::Api;
+use nodewright_core::jobs::drift;
+use nodewright_core::jobs::read::{
+    JobIndex, Recorded, is_finished, is_suspended, package_of, recorded,
+};
+use nodewright_core::jobs::stored::StoredJob;
 use nodewright_shared::api::NodeWright;
 use serde_json::json;
 use tracing::info;
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::jobs::drift;
-use crate::jobs::read::{JobIndex, Recorded, is_finished, is_suspended, package_of, recorded};
-use crate::jobs::stored::StoredJob;
 use crate::writes::failed;
 
 fn api(ctx: &Context) -> Api<StoredJob> {
@@ -128,7 +130,7 @@ pub async fn replace_drifted(
     let mut hashes: BTreeMap<String, String> = BTreeMap::new();
     for job in jobs
         .iter()
-        .filter(|j| !crate::jobs::outcome::is_interrupt_job(j))
+        .filter(|j| !nodewright_core::jobs::outcome::is_interrupt_job(j))
     {
         let finished = is_finished(job);
         let timed_out = recorded(job) == Some(Recorded::TimedOut);

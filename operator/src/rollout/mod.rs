@@ -5,37 +5,31 @@
 //! Outcomes of the Jobs are recorded by [`crate::outcomes`]; this reconciler only reads them (from
 //! the node state and the Jobs' `state-recorded` annotation), so each fact has one writer.
 
-pub mod absorb;
 pub mod acts;
 pub mod auto_taint;
-pub mod batches;
-pub mod budget;
-pub mod compartments;
-pub mod config_updates;
+pub mod config_sync;
 pub mod configmaps;
 pub mod drain;
 pub mod finalizer;
-pub mod graph;
 pub mod job_ops;
 pub mod node_work;
-pub mod pass;
-pub mod plan;
-pub mod priority;
-pub mod reboots;
-pub mod runtime_taint;
-pub mod selection;
-pub mod stages;
-pub mod status;
-pub mod uninstall;
-pub mod wake;
+pub mod reboot_reset;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Toleration};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use nodewright_core::jobs::read::JobIndex;
+use nodewright_core::node::state::parse_state;
+use nodewright_core::rollout::parts::{
+    PassParts, annotation_on, defaulted_policy, own_jobs, pass_parts, selected_nodes,
+};
+use nodewright_core::rollout::pass::{self, PassInput};
+use nodewright_core::rollout::selection::NodeSelection;
+use nodewright_core::rollout::{batches, config_updates, uninstall};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright, NodeWrightStatus, Status};
 use nodewright_shared::defaults::default_nodewright;
 use nodewright_shared::keys;
@@ -44,18 +38,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
-use crate::jobs::RuntimeTaint;
-use crate::jobs::read::JobIndex;
-use crate::jobs::stored::StoredJob;
 use crate::metrics::state::{self as state_metrics, Outcome};
-use crate::naming;
 
-use self::pass::PassInput;
-use self::selection::{NodeSelection, selection_tolerations};
-use crate::node::state::parse_state;
-
-/// The annotation value that turns pause or disable on.
-const ON: &str = "true";
 /// Requeue while work is in flight: a safety net, progress is driven by watch events.
 const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);
 /// Requeue while a node drains: evicted pods going away trigger nothing the operator watches.
@@ -100,10 +84,6 @@ pub fn error_policy(
         warn!(nodewright = %nodewright.name_any(), %error, "reconcile failed");
     }
     Action::requeue(Duration::from_secs(10))
-}
-
-pub(crate) fn annotation_on(nodewright: &NodeWright, key: &str) -> bool {
-    nodewright.annotations().get(key).is_some_and(|v| v == ON)
 }
 
 /// One pass over a NodeWright: guards, the steps that write before planning (each may end the pass
@@ -202,7 +182,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         info!(nodewright = %name, "deletion waits for the uninstall of its enabled packages");
         uninstall::on_delete(&mut nw);
     }
-    if reboots::reset_rebooted(ctx, &nw, &nodes).await? {
+    if reboot_reset::reset_rebooted(ctx, &nw, &nodes).await? {
         // The resets are events; plan again on the fresh nodes.
         return again(Action::requeue(Duration::from_secs(1)));
     }
@@ -213,7 +193,7 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         // The deletions are events; plan again on the Jobs that remain.
         return again(Action::requeue(Duration::from_secs(1)));
     }
-    if config_updates::sync(ctx, &mut nw, &nodes).await? {
+    if config_sync::sync(ctx, &mut nw, &nodes).await? {
         // The status write is an event: plan again on the updated object.
         return again(Action::requeue(Duration::from_secs(1)));
     }
@@ -247,80 +227,6 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
         policy,
         missing_policy,
     })))
-}
-
-/// The nodes `selection` picks from `every_node`, in rollout order: creation time, then name.
-pub(crate) fn selected_nodes(
-    selection: &NodeSelection,
-    every_node: &[Arc<Node>],
-) -> Vec<Arc<Node>> {
-    let mut nodes: Vec<Arc<Node>> = every_node
-        .iter()
-        .filter(|n| selection.matches(n.labels()))
-        .cloned()
-        .collect();
-    nodes.sort_by(|a, b| {
-        (&a.metadata.creation_timestamp, a.metadata.name.as_deref())
-            .cmp(&(&b.metadata.creation_timestamp, b.metadata.name.as_deref()))
-    });
-    nodes
-}
-
-/// The Jobs of the NodeWright `name` (by its name label) among `every_job` (every Job the operator
-/// owns), and the nodes busy with a package Job of any NodeWright.
-pub(crate) fn own_jobs(name: &str, every_job: &[Arc<StoredJob>]) -> JobIndex {
-    let label = naming::label_value(name);
-    JobIndex::with_fleet(
-        every_job
-            .iter()
-            .filter(|j| j.nodewright.as_ref() == Some(&label))
-            .cloned(),
-        every_job,
-    )
-}
-
-/// A DeploymentPolicy as the pass reads it: with the defaults admission would have filled in.
-pub(crate) fn defaulted_policy(found: &DeploymentPolicy) -> DeploymentPolicy {
-    let mut p = found.clone();
-    nodewright_shared::defaults::default_deployment_policy(&mut p.spec);
-    p
-}
-
-/// What a pass decides with besides the NodeWright, its nodes and its Jobs.
-pub(crate) struct PassParts<'a> {
-    /// The earlier NodeWrights that can hold a node back.
-    pub gates: Vec<priority::Gate<'a>>,
-    /// The taints the NodeWright's packages tolerate.
-    pub tolerations: Vec<Toleration>,
-    /// Its compartments, each with its nodes (in rollout order), ceiling and strategy.
-    pub compartments: Vec<compartments::Compartment>,
-    /// `resetBatchStateOnCompletion` in effect.
-    pub reset_batches: bool,
-}
-
-/// Assembles the [`PassParts`] of `nw` (defaulted, effective) over its selected `nodes`, every node
-/// in the cache and every NodeWright; `policy` is defaulted ([`defaulted_policy`]).
-pub(crate) fn pass_parts<'a>(
-    nw: &NodeWright,
-    all_nodewrights: &'a [Arc<NodeWright>],
-    every_node: &[Arc<Node>],
-    nodes: &[Arc<Node>],
-    policy: Option<&DeploymentPolicy>,
-    runtime_taint: &RuntimeTaint,
-) -> PassParts<'a> {
-    let node_refs: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
-    let every_node: Vec<&Node> = every_node.iter().map(|n| n.as_ref()).collect();
-    PassParts {
-        gates: priority::gates(nw, all_nodewrights, &every_node),
-        tolerations: selection_tolerations(nw, runtime_taint),
-        compartments: compartments::compartments(nw, policy, &node_refs),
-        reset_batches: batches::reset_enabled(
-            nw,
-            policy.map_or(batches::LEGACY_RESET, |p| {
-                p.spec.reset_batch_state_on_completion
-            }),
-        ),
-    }
 }
 
 /// Decides the pass ([`pass::decide`]) and acts on it: the advanced and marked nodes, their node

@@ -12,19 +12,22 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use tracing::debug;
 
-use super::absorb;
 use super::configmaps;
-use super::graph;
-use super::plan::{Creation, Plan, plan};
-use super::runtime_taint;
-use super::status::{NodeFacts, any_erroring, node_status};
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::jobs::read::{JobIndex, Recorded};
-use crate::jobs::{InterruptJobInput, PackageJobInput, build_interrupt_job, build_package_job};
-use crate::node::cordon;
-use crate::node::edit::{NodeEdit, NodeWriteError};
-use crate::node::state::{parse_state, status_edit};
+use crate::writes::NodeWriteError;
+use nodewright_core::jobs::read::{JobIndex, Recorded};
+use nodewright_core::jobs::{
+    InterruptJobInput, PackageJobInput, build_interrupt_job, build_package_job,
+};
+use nodewright_core::node::cordon;
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::state::{parse_state, status_edit};
+use nodewright_core::rollout::absorb;
+use nodewright_core::rollout::graph;
+use nodewright_core::rollout::plan::{Creation, Plan, plan_node};
+use nodewright_core::rollout::runtime_taint;
+use nodewright_core::rollout::status::{NodeFacts, any_erroring, node_status};
 
 /// Reads a node from the API server (not the cache) with its parsed state; `None` when it is gone.
 pub async fn reread(
@@ -89,7 +92,7 @@ pub async fn advance(
     for attempt in 0..4 {
         let p = match first_plan.take() {
             Some(p) => p,
-            None => plan(nodewright, &name, &state, jobs, fresh),
+            None => plan_node(nodewright, &name, &state, jobs, fresh),
         };
         if p.stale && !fresh {
             debug!(node = %name, "cached node may be stale for a rerun decision; reading it");
@@ -235,9 +238,11 @@ fn timed_out_jobs(nodewright: &str, node: &str, cleared: &[(&str, &str, Stage)])
         .iter()
         .map(|(package, version, stage)| {
             if stage.is_interrupt() {
-                crate::naming::interrupt_job_name(nodewright, node)
+                nodewright_core::naming::interrupt_job_name(nodewright, node)
             } else {
-                crate::naming::package_job_name(nodewright, package, version, *stage, node)
+                nodewright_core::naming::package_job_name(
+                    nodewright, package, version, *stage, node,
+                )
             }
         })
         .collect()

@@ -13,13 +13,13 @@ use std::time::Duration;
 use nodewright_shared::defaults::{EnvProblem, OperatorDefaults};
 use nodewright_shared::duration::GoDuration;
 
-use crate::jobs::{
+use crate::runtime::leader::{LeaseConfig, LeaseTimings};
+use nodewright_core::jobs::{
     DEFAULT_AGENT_IMAGE, DEFAULT_AGENT_LOG_ROOT, DEFAULT_COPY_DIR_ROOT,
     DEFAULT_PACKAGE_IMAGE_PULL_POLICY, DEFAULT_PAUSE_IMAGE, DEFAULT_RUNTIME_REQUIRED_TAINT,
     JobConfig, RuntimeTaint,
 };
-use crate::naming::{is_dns_label, is_dns_subdomain};
-use crate::runtime::leader::{LeaseConfig, LeaseTimings};
+use nodewright_core::naming::{is_dns_label, is_dns_subdomain};
 
 /// Namespace of Jobs, ConfigMaps and the Lease.
 pub const ENV_NAMESPACE: &str = "NAMESPACE";

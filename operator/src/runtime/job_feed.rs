@@ -19,9 +19,9 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::jobs::read::Recorded;
-use crate::jobs::stored::StoredJob;
 use crate::writes::memo;
+use nodewright_core::jobs::read::Recorded;
+use nodewright_core::jobs::stored::StoredJob;
 
 /// The two trigger streams of one Job watch.
 pub(crate) struct JobFeed<R, O> {

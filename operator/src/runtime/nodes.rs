@@ -3,7 +3,7 @@
 //! stays small. It runs on every replica, leader or not, so a new leader starts with a warm cache.
 //!
 //! Changes that matter to a rollout (labels, annotations, taints, cordon, boot ID) are forwarded with
-//! the node, so the rollout wakes only the NodeWrights concerned ([`crate::rollout::wake`]);
+//! the node, so the rollout wakes only the NodeWrights concerned ([`nodewright_core::rollout::wake`]);
 //! heartbeats are not, so a quiet fleet causes no reconciles.
 
 use std::collections::hash_map::DefaultHasher;

@@ -9,8 +9,8 @@ use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::jobs::outcome::is_genuine_failure;
-use crate::jobs::stored::StoredPod;
+use nodewright_core::jobs::outcome::is_genuine_failure;
+use nodewright_core::jobs::stored::StoredPod;
 
 /// What the store does with a pod event: genuine failures are kept, every other pod is removed (a
 /// pod that was kept and no longer qualifies is gone from the store too).

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use crate::naming;
 use crate::runtime::config::Problems;
 use nodewright_certs::rotation::Policy;
+use nodewright_core::naming;
 use nodewright_shared::defaults::EnvProblem;
 
 /// `true` turns the controller on (the chart sets it in `certs.mode=self-managed`). Default off: a

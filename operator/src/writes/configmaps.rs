@@ -3,9 +3,9 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use nodewright_core::jobs::configmaps::FIELD_MANAGER;
 
 use super::{WriteError, Writer};
-use crate::jobs::configmaps::FIELD_MANAGER;
 
 impl Writer {
     fn configmaps(&self) -> Result<Api<ConfigMap>, WriteError> {

@@ -6,12 +6,12 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use tracing::info;
 
+use nodewright_core::jobs::read::Recorded;
 use nodewright_shared::keys;
 use serde_json::json;
 
 use super::{WriteError, Writer, failed};
 use crate::error::ReconcileError;
-use crate::jobs::read::Recorded;
 
 impl Writer {
     fn jobs(&self) -> Result<Api<Job>, WriteError> {

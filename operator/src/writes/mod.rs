@@ -22,7 +22,7 @@ mod pods;
 
 pub use events::{Events, job_ref};
 pub use lease::LeaseWriter;
-pub use nodes::Unchanged;
+pub use nodes::{NodeWriteError, Unchanged};
 
 use tokio_util::sync::CancellationToken;
 

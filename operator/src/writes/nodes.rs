@@ -1,13 +1,49 @@
 //! Node writes: annotations, labels, taints and cordon (a JSON Patch carrying a resourceVersion
-//! `test`, built by [`crate::node::edit`]), and node status conditions.
+//! `test`, built by [`nodewright_core::node::edit`]), and node status conditions.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use nodewright_core::node::edit::{NodeEdit, node_patch};
 
 use super::{WriteError, Writer};
 use crate::error::ReconcileError;
-use crate::node::edit::{NodeEdit, NodeWriteError, node_patch};
+
+/// Why a node write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeWriteError {
+    /// The node changed since it was read (or is gone): re-read and recompute.
+    #[error("node {node} changed since it was read (resourceVersion {resource_version})")]
+    Conflict {
+        /// Node name.
+        node: String,
+        /// The version the patch was computed from.
+        resource_version: String,
+    },
+    /// The node object lacks a name or resourceVersion (not read from the API).
+    #[error("node {node:?} has no {field}: it was not read from the API server")]
+    Incomplete {
+        /// Node name, if any.
+        node: String,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// Any other API error.
+    #[error("patching node {node}: {source}")]
+    Api {
+        /// Node name.
+        node: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The leadership term ended: nothing was sent.
+    #[error("the leadership term ended; node {node} not written")]
+    TermEnded {
+        /// Node name.
+        node: String,
+    },
+}
 
 impl Writer {
     /// Applies a JSON Patch to the node `name`.
@@ -66,7 +102,7 @@ impl Writer {
 }
 
 impl Writer {
-    /// Writes a node-conditions status patch built by [`crate::node::conditions`] (`None`: the
+    /// Writes a node-conditions status patch built by [`nodewright_core::node::conditions`] (`None`: the
     /// conditions already say so, nothing is sent).
     pub async fn patch_node_conditions(
         &self,

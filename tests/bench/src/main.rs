@@ -21,7 +21,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodewright_operator::jobs::{PackageJobInput, build_package_job};
+use nodewright_core::jobs::{PackageJobInput, build_package_job};
 use nodewright_operator::runtime::config::OperatorConfig;
 use nodewright_shared::api::{NodeWright, Status};
 use nodewright_shared::keys;

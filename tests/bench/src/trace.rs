@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use nodewright_operator::jobs::PackageAnnotation;
+use nodewright_core::jobs::PackageAnnotation;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde::Serialize;

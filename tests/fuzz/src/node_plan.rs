@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use arbitrary::Unstructured;
-use nodewright_operator::preview::{
-    Creation, JobIndex, package_done as is_done, plan_node as plan,
-};
+use nodewright_core::jobs::read::JobIndex;
+use nodewright_core::rollout::plan::{Creation, plan_node};
+use nodewright_core::rollout::stages::package_done;
 use nodewright_shared::api::{
     Interrupt, InterruptType, NodeWright, NodeWrightSpec, Package, Uninstall,
 };
@@ -139,7 +139,7 @@ pub fn node_plan(data: &[u8]) {
     // No Jobs: what the plan decides from the node state alone.
     let jobs = JobIndex::with_fleet(Vec::new(), &[]);
     for fresh in [false, true] {
-        let p = plan(&nw, NODE, &state, &jobs, fresh);
+        let p = plan_node(&nw, NODE, &state, &jobs, fresh);
         for creation in &p.create {
             let (key, stage) = match creation {
                 Creation::Package { key, stage, .. } => (key.as_str(), *stage),
@@ -157,7 +157,7 @@ pub fn node_plan(data: &[u8]) {
                 nw.spec
             );
             assert!(
-                !is_done(package, record),
+                !package_done(package, record),
                 "a {stage} Job planned for {key}, which is done: {state:?} {:?}",
                 nw.spec
             );

@@ -47,7 +47,7 @@ pub fn terminal_stage(package: &Package) -> Stage {
 }
 
 /// Whether the record says the package is finished.
-pub fn is_done(package: &Package, record: Option<&PackageStatus>) -> bool {
+pub fn package_done(package: &Package, record: Option<&PackageStatus>) -> bool {
     if uninstall_requested(package) {
         // Absent is uninstalled (also for a package that was never installed, as upstream).
         return record.is_none();
@@ -121,7 +121,7 @@ pub fn next_step(name: &str, package: &Package, state: &NodeState) -> Step {
             Step::Run(Stage::Apply)
         };
     };
-    if is_done(package, Some(record)) {
+    if package_done(package, Some(record)) {
         return Step::Done;
     }
     match record.state {
@@ -131,7 +131,7 @@ pub fn next_step(name: &str, package: &Package, state: &NodeState) -> Step {
             Stage::Interrupt => Step::Run(Stage::PostInterrupt),
             // Uninstall without a removal, or an uninstall-interrupt: the package is not installed.
             Stage::Uninstall | Stage::UninstallInterrupt => Step::Run(Stage::Apply),
-            // Config without interrupt and post-interrupt are terminal (handled by is_done).
+            // Config without interrupt and post-interrupt are terminal (handled by package_done).
             Stage::Config | Stage::PostInterrupt => Step::Done,
         },
         Some(State::Skipped) => Step::InInterrupt,
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(next_step("p", &p, &s), Step::Run(Stage::Config));
         let s = with(&[record("1.0.0", Stage::Config, State::Complete)]);
         assert_eq!(next_step("p", &p, &s), Step::Done);
-        assert!(is_done(&p, s.get("p", "1.0.0")));
+        assert!(package_done(&p, s.get("p", "1.0.0")));
     }
 
     #[test]
@@ -200,7 +200,7 @@ mod tests {
         let p = package("1.0.0", true);
         let s = with(&[record("1.0.0", Stage::Config, State::Complete)]);
         assert_eq!(next_step("p", &p, &s), Step::WantsInterrupt);
-        assert!(!is_done(&p, s.get("p", "1.0.0")));
+        assert!(!package_done(&p, s.get("p", "1.0.0")));
         let s = with(&[record("1.0.0", Stage::Interrupt, State::InProgress)]);
         assert_eq!(next_step("p", &p, &s), Step::InInterrupt);
         let s = with(&[record("1.0.0", Stage::Interrupt, State::Skipped)]);
@@ -223,10 +223,10 @@ mod tests {
     fn uninstall_runs_from_a_completed_stage_then_removes_the_record() {
         let p = uninstalling(package("1.0.0", false), true);
         assert_eq!(next_step("p", &p, &NodeState::default()), Step::Done);
-        assert!(is_done(&p, None));
+        assert!(package_done(&p, None));
         let s = with(&[record("1.0.0", Stage::Config, State::Complete)]);
         assert_eq!(next_step("p", &p, &s), Step::Run(Stage::Uninstall));
-        assert!(!is_done(&p, s.get("p", "1.0.0")));
+        assert!(!package_done(&p, s.get("p", "1.0.0")));
         // An install in flight finishes first.
         let s = with(&[record("1.0.0", Stage::Apply, State::InProgress)]);
         assert_eq!(next_step("p", &p, &s), Step::Run(Stage::Apply));

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use nodewright_shared::api::{NodeWright, Sequencing};
 use nodewright_shared::keys;
 
@@ -38,7 +38,7 @@ pub struct Gate<'a> {
 pub fn gates<'a>(this: &NodeWright, all: &'a [Arc<NodeWright>], nodes: &[&Node]) -> Vec<Gate<'a>> {
     all.iter()
         .filter(|o| o.name_any() != this.name_any() && precedes(o, this))
-        .filter(|o| !super::annotation_on(o, keys::DISABLE_ANNOTATION))
+        .filter(|o| !super::parts::annotation_on(o, keys::DISABLE_ANNOTATION))
         .filter_map(|o| {
             let selection = NodeSelection::of(o).ok()?;
             let holds_everywhere = o.spec.sequencing == Sequencing::All

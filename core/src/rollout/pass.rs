@@ -10,14 +10,14 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use nodewright_shared::api::{BatchState, CompartmentStatus, NodeWright, NodeWrightStatus, Status};
 use nodewright_shared::node_state::{NodeState, State};
 
 use super::budget::{Slot, admit};
 use super::compartments::Compartment;
 use super::graph;
-use super::plan::{Plan, plan};
+use super::plan::{Plan, plan_node};
 use super::priority::{self, Gate};
 use super::selection::{Blocker, blocker};
 use super::status::{self, NodeFacts, StatusInput, any_erroring, node_status};
@@ -179,7 +179,7 @@ fn rows(input: &PassInput<'_>) -> (BTreeMap<String, NodeRow>, Vec<String>, Vec<S
         }
         let plan = state
             .as_ref()
-            .map(|s| plan(nw, &node_name, s, input.jobs, false));
+            .map(|s| plan_node(nw, &node_name, s, input.jobs, false));
         rows.insert(
             node_name,
             NodeRow {

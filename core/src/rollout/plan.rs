@@ -73,7 +73,7 @@ fn record(
 
 /// Plans the work of `nodewright` (already defaulted) on `node`, whose records are `state`. `fresh`:
 /// the node was just read from the API server (not the cache).
-pub fn plan(
+pub fn plan_node(
     nodewright: &NodeWright,
     node: &str,
     state: &NodeState,
@@ -215,7 +215,7 @@ struct PhaseInput<'a> {
     state: &'a NodeState,
     jobs: &'a JobIndex,
     fresh: bool,
-    /// Some package's stage is not settled yet (see `package_pending` in [`plan`]).
+    /// Some package's stage is not settled yet (see `package_pending` in [`plan_node`]).
     package_pending: bool,
 }
 
@@ -444,7 +444,7 @@ pub(crate) mod tests {
             ("b", package(&[], None)),
             ("c", package(&["a", "b"], None)),
         ]);
-        let p = plan(
+        let p = plan_node(
             &nw,
             "n1",
             &NodeState::default(),
@@ -467,7 +467,7 @@ pub(crate) mod tests {
     fn serial_runs_one_package_at_a_time_on_a_node() {
         let mut nw = nodewright(&[("a", package(&[], None)), ("b", package(&[], None))]);
         nw.spec.serial = true;
-        let fresh = plan(
+        let fresh = plan_node(
             &nw,
             "n1",
             &NodeState::default(),
@@ -480,10 +480,10 @@ pub(crate) mod tests {
         // finished Job.
         let s = state(&[entry("a", Stage::Apply, State::InProgress)]);
         let running = JobIndex::new([package_job("a", Stage::Apply, None, None)]);
-        assert!(plan(&nw, "n1", &s, &running, false).create.is_empty());
+        assert!(plan_node(&nw, "n1", &s, &running, false).create.is_empty());
         nw.spec.serial = false;
         assert_eq!(
-            creates(&plan(&nw, "n1", &s, &running, false)),
+            creates(&plan_node(&nw, "n1", &s, &running, false)),
             vec![("b".into(), Stage::Apply)]
         );
     }
@@ -496,7 +496,7 @@ pub(crate) mod tests {
             package_job("a", Stage::Apply, None, None),
             package_job("a", Stage::Apply, Some("Complete"), None),
         ] {
-            let p = plan(&nw, "n1", &s, &JobIndex::new([j]), false);
+            let p = plan_node(&nw, "n1", &s, &JobIndex::new([j]), false);
             assert!(p.create.is_empty() && p.delete.is_empty() && !p.stale);
             assert_eq!(p.state, s);
         }
@@ -512,7 +512,7 @@ pub(crate) mod tests {
             Some("Complete"),
             Some(Recorded::Complete),
         )]);
-        let p = plan(&nw, "n1", &s, &jobs, false);
+        let p = plan_node(&nw, "n1", &s, &jobs, false);
         assert_eq!(creates(&p), vec![("a".into(), Stage::Config)]);
     }
 
@@ -526,11 +526,11 @@ pub(crate) mod tests {
             Some("Failed"),
             Some(Recorded::TimedOut),
         )]);
-        let p = plan(&nw, "n1", &s, &jobs, false);
+        let p = plan_node(&nw, "n1", &s, &jobs, false);
         assert!(p.timed_out);
         assert!(p.create.is_empty() && p.delete.is_empty());
         // Once the evidence is gone (failure TTL), the stage runs again.
-        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
         assert_eq!(creates(&p), vec![("a".into(), Stage::Apply)]);
         assert_eq!(
             p.state.get("a", "1.0.0").and_then(|r| r.state),
@@ -548,9 +548,9 @@ pub(crate) mod tests {
             Some("Complete"),
             Some(Recorded::Complete),
         )]);
-        let cached = plan(&nw, "n1", &NodeState::default(), &jobs, false);
+        let cached = plan_node(&nw, "n1", &NodeState::default(), &jobs, false);
         assert!(cached.stale && cached.delete.is_empty());
-        let fresh = plan(&nw, "n1", &NodeState::default(), &jobs, true);
+        let fresh = plan_node(&nw, "n1", &NodeState::default(), &jobs, true);
         assert_eq!(fresh.delete.len(), 1);
     }
 
@@ -572,7 +572,7 @@ pub(crate) mod tests {
             entry("a", Stage::PostInterrupt, State::Complete),
             entry("b", Stage::Config, State::Complete),
         ]);
-        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
         assert_eq!(creates(&p), vec![("a".into(), Stage::Uninstall)]);
         assert!(p.cordon);
         assert!(matches!(
@@ -591,7 +591,7 @@ pub(crate) mod tests {
             entry("a", Stage::Uninstall, State::Complete),
             entry("b", Stage::Config, State::Complete),
         ]);
-        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
         assert_eq!(
             creates(&p),
             vec![("interrupt:a".into(), Stage::UninstallInterrupt)]
@@ -605,7 +605,7 @@ pub(crate) mod tests {
             entry("a", Stage::UninstallInterrupt, State::Complete),
             entry("b", Stage::Config, State::Complete),
         ]);
-        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
         assert!(p.create.is_empty());
         assert!(p.state.get("a", "1.0.0").is_none());
         assert!(graph::all_done(&nw.spec.packages, &p.state));
@@ -616,7 +616,7 @@ pub(crate) mod tests {
         let nw = nodewright(&[("a", package(&[], None))]);
         let s = state(&[entry("a", Stage::Uninstall, State::InProgress)]);
         let jobs = JobIndex::new([package_job("a", Stage::Uninstall, None, None)]);
-        let p = plan(&nw, "n1", &s, &jobs, false);
+        let p = plan_node(&nw, "n1", &s, &jobs, false);
         assert_eq!(creates(&p), vec![("a".into(), Stage::Apply)]);
         assert_eq!(
             p.delete,
@@ -645,7 +645,7 @@ pub(crate) mod tests {
             entry("b", Stage::Config, State::InProgress),
         ]);
         let jobs = JobIndex::new([package_job("b", Stage::Config, Some("Complete"), None)]);
-        let p = plan(&nw, "n1", &s, &jobs, false);
+        let p = plan_node(&nw, "n1", &s, &jobs, false);
         assert!(p.create.is_empty(), "{:?}", p.create);
         assert!(p.cordon);
     }
@@ -662,9 +662,9 @@ pub(crate) mod tests {
             Some(Recorded::Complete),
         )]);
         // The earlier config Job is removed (on a fresh read), then the stage runs again.
-        let p = plan(&nw, "n1", &s, &jobs, true);
+        let p = plan_node(&nw, "n1", &s, &jobs, true);
         assert_eq!(p.delete.len(), 1);
-        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
         assert_eq!(creates(&p), vec![("a".into(), Stage::Config)]);
         assert_eq!(
             p.state.get("a", "1.0.0").and_then(|r| r.state),
@@ -678,7 +678,7 @@ pub(crate) mod tests {
             ("a", package(&[], Some(InterruptType::Service))),
             ("b", package(&[], Some(InterruptType::Reboot))),
         ]);
-        let p = plan(
+        let p = plan_node(
             &nw,
             "n1",
             &NodeState::default(),
@@ -700,7 +700,7 @@ pub(crate) mod tests {
             entry("b", Stage::Config, State::Complete),
         ]);
         let jobs = JobIndex::new([package_job("a", Stage::Config, None, None)]);
-        let p = plan(&nw, "n1", &s, &jobs, false);
+        let p = plan_node(&nw, "n1", &s, &jobs, false);
         assert!(p.create.is_empty());
 
         let s = state(&[
@@ -715,7 +715,7 @@ pub(crate) mod tests {
             "other".to_owned(),
         )]));
         let busy = JobIndex::with_fleet([], &[Arc::new(other)]);
-        let p = plan(&nw, "n1", &s, &busy, false);
+        let p = plan_node(&nw, "n1", &s, &busy, false);
         assert!(p.create.is_empty(), "{:?}", creates(&p));
         // Another NodeWright's unfinished Job on another node does not hold this one.
         let mut elsewhere = job("other-nw-job".into(), None, None);
@@ -726,7 +726,7 @@ pub(crate) mod tests {
         {
             pod.node_name = Some("n2".into());
         }
-        let p = plan(
+        let p = plan_node(
             &nw,
             "n1",
             &s,
@@ -735,7 +735,7 @@ pub(crate) mod tests {
         );
         assert_eq!(creates(&p), vec![("interrupt:b".into(), Stage::Interrupt)]);
 
-        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
         assert_eq!(creates(&p), vec![("interrupt:b".into(), Stage::Interrupt)]);
         assert_eq!(
             p.state.get("a", "1.0.0").and_then(|r| r.state),
@@ -751,7 +751,7 @@ pub(crate) mod tests {
             entry("a", Stage::Interrupt, State::Complete),
             entry("b", Stage::Interrupt, State::Complete),
         ]);
-        let p = plan(&nw, "n1", &s, &JobIndex::default(), false);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
         assert_eq!(
             creates(&p),
             vec![

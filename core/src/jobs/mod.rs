@@ -7,14 +7,14 @@
 
 mod annotation;
 mod config;
-pub(crate) mod configmaps;
-pub(crate) mod drift;
+pub mod configmaps;
+pub mod drift;
 mod error;
 mod interrupt;
 pub mod outcome;
 mod package;
 pub mod pod;
-pub(crate) mod read;
+pub mod read;
 pub mod stored;
 
 pub use annotation::PackageAnnotation;

@@ -8,8 +8,7 @@
 //! compile is always woken, so its error is reported.
 
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
+use kube_core::ResourceExt;
 use nodewright_shared::api::{NodeWright, Sequencing};
 
 use super::priority::precedes;
@@ -31,7 +30,7 @@ fn concerns(nodewright: &NodeWright, node: &Node) -> bool {
 pub fn concerned<'a>(
     nodewrights: impl IntoIterator<Item = &'a NodeWright> + Clone,
     node: &Node,
-) -> Vec<ObjectRef<NodeWright>> {
+) -> Vec<&'a NodeWright> {
     let gates: Vec<&NodeWright> = nodewrights
         .clone()
         .into_iter()
@@ -40,7 +39,6 @@ pub fn concerned<'a>(
     nodewrights
         .into_iter()
         .filter(|nw| concerns(nw, node) || gates.iter().any(|g| precedes(g, nw)))
-        .map(ObjectRef::from_obj)
         .collect()
 }
 
@@ -78,8 +76,8 @@ mod tests {
         }
     }
 
-    fn names(refs: Vec<ObjectRef<NodeWright>>) -> Vec<String> {
-        refs.into_iter().map(|r| r.name).collect()
+    fn names(concerned: Vec<&NodeWright>) -> Vec<String> {
+        concerned.into_iter().map(|nw| nw.name_any()).collect()
     }
 
     #[test]

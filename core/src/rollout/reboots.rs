@@ -3,22 +3,16 @@
 //! reboot), a changed boot ID resets the node for this NodeWright: its node state, status annotation
 //! and label are dropped, so every package is applied again. Otherwise the boot ID is only recorded.
 //!
-//! The reset is written before the new boot ID: a crash in between resets the node once more (its
-//! state is already empty), whereas the other order could record the reboot and never reset.
+//! This module decides (which nodes rebooted, what a reset removes); the operator writes the resets.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
-use nodewright_shared::api::NodeWright;
+use kube_core::ResourceExt;
 use nodewright_shared::keys;
-use tracing::info;
 
-use crate::context::Context;
-use crate::error::ReconcileError;
 use crate::node::edit::NodeEdit;
-use crate::writes::Unchanged;
 
 /// The node's current boot ID, if the kubelet reported one.
 pub fn boot_id(node: &Node) -> Option<&str> {
@@ -66,56 +60,6 @@ pub fn reset_edit(nodewright: &str) -> NodeEdit {
     edit.remove_annotation(keys::node_status_key(nodewright));
     edit.remove_label(keys::node_status_key(nodewright));
     edit
-}
-
-/// With REAPPLY_ON_REBOOT: resets the rebooted nodes, then records the new boot IDs. Returns whether
-/// any node was reset (the caller plans again on the fresh nodes).
-pub async fn reset_rebooted(
-    ctx: &Context,
-    nodewright: &NodeWright,
-    nodes: &[Arc<Node>],
-) -> Result<bool, ReconcileError> {
-    if !ctx.config.reapply_on_reboot {
-        return Ok(false);
-    }
-    let name = nodewright.name_any();
-    let previous = nodewright
-        .status
-        .as_ref()
-        .map(|s| s.node_boot_ids.clone())
-        .unwrap_or_default();
-    let rebooted = rebooted(&previous, nodes);
-    if rebooted.is_empty() {
-        return Ok(false);
-    }
-    for cached in rebooted {
-        let node_name = cached.name_any();
-        ctx.writer
-            .write_node(cached, Unchanged::Believe, |_| Some(reset_edit(&name)))
-            .await?;
-        info!(nodewright = %name, node = %node_name, "node rebooted: reset its state (REAPPLY_ON_REBOOT)");
-        ctx.events
-            .on_node(
-                cached,
-                "Reboot",
-                format!(
-                    "node [{node_name}] rebooted: packages of [nodewright:{name}] are applied again"
-                ),
-                None,
-            )
-            .await;
-    }
-    // The new boot IDs are the record that these reboots were handled: written before the pass
-    // plans (which ends it), so a crash before this write only repeats the resets above.
-    ctx.writer
-        .set_status_map(
-            nodewright,
-            "nodeBootIds",
-            &previous,
-            &current_ids(&previous, nodes),
-        )
-        .await?;
-    Ok(true)
 }
 
 #[cfg(test)]

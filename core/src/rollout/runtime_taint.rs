@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use nodewright_shared::api::NodeWright;
 
 use super::graph::all_done;

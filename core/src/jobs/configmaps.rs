@@ -2,18 +2,17 @@
 //! files, and one node-metadata ConfigMap per (NodeWright, node) with the node's labels, annotations
 //! and the package list, which the agent reads. Both are owned by the NodeWright (garbage-collected
 //! with it) and written with server-side apply, so a write is idempotent and one call. Pure builders: the
-//! rollout writes them ([`crate::rollout::configmaps`]).
+//! rollout writes them (the operator's `rollout::configmaps`).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use serde_json::{Map, Value, json};
 
-use crate::error::ReconcileError;
 use crate::naming;
 
 /// Field manager of every server-side apply of the operator.
@@ -136,6 +135,17 @@ fn without_bookkeeping(map: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
         .collect()
 }
 
+/// Why a ConfigMap could not be built: a part of its content did not serialise to JSON.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct ConfigMapError {
+    /// What was being serialised, naming the node and the NodeWright.
+    pub what: String,
+    /// The error.
+    #[source]
+    pub source: serde_json::Error,
+}
+
 /// The node-metadata ConfigMap of `node` for `nodewright`: the node's labels and annotations (but
 /// the operator's per-stage bookkeeping, [`is_stage_bookkeeping`]) and `packages.json`. Returns its
 /// name and content.
@@ -144,13 +154,13 @@ pub fn node_metadata_configmap(
     node: &Node,
     namespace: &str,
     agent_image: &str,
-) -> Result<(String, ConfigMap), ReconcileError> {
+) -> Result<(String, ConfigMap), ConfigMapError> {
     let name = nodewright.name_any();
     let node_name = node.name_any();
     let cm_name = naming::node_metadata_configmap_name(&name, &node_name);
     let json_err = |what: &str| {
         let what = format!("{what} of node {node_name} for NodeWright {name}");
-        move |source| ReconcileError::Json { what, source }
+        move |source| ConfigMapError { what, source }
     };
     let data = BTreeMap::from([
         (

@@ -329,7 +329,7 @@ impl StoredPod {
 
 macro_rules! resource_as {
     ($stored:ty, $full:ty) => {
-        impl kube::Resource for $stored {
+        impl kube_core::Resource for $stored {
             type DynamicType = ();
             type Scope = NamespaceResourceScope;
 

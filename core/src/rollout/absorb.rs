@@ -5,7 +5,7 @@
 //!
 //! The Job is marked `state-recorded` only after that write succeeded. A crash between the two
 //! leaves the record moved on and the Job unmarked: the outcome recorder then finds nothing to
-//! write and marks it ([`crate::outcomes::ABSORB_GRACE`]), so no outcome is lost or repeated.
+//! write and marks it (the operator's `outcomes::ABSORB_GRACE`), so no outcome is lost or repeated.
 
 use std::collections::BTreeSet;
 

@@ -1,11 +1,11 @@
-//! The command line's window on the operator (`kubectl nodewright`, the `cli/` crate).
+//! The rollout preview of the command line (`kubectl nodewright plan` and `why`, the `cli/` crate).
 //!
 //! [`preview`] answers "what will the operator do with this NodeWright?" with the operator's own
 //! pure planner, not a copy of it: from snapshots the caller listed (nodes, NodeWrights, policies,
 //! the operator's Jobs and ConfigMaps) it assembles the inputs of a rollout pass exactly as a pass
-//! does ([`crate::rollout`]'s `selected_nodes`, `own_jobs`, `pass_parts`, the config-update
+//! does ([`crate::rollout::parts`]' `selected_nodes`, `own_jobs`, `pass_parts`, the config-update
 //! detection), runs [`pass::decide`] for the pass as it would run now (statuses and blockers), then
-//! iterates `decide` → the stage machine ([`plan::plan`]) → [`pass::finish`] pass after pass,
+//! iterates `decide` → the stage machine ([`crate::rollout::plan::plan_node`]) → [`pass::finish`] pass after pass,
 //! assuming every stage it starts succeeds, to tell which batch each node falls in, in which order
 //! nodes start, which stages run on each and which nodes are cordoned, drained or rebooted. A
 //! stage that timed out stays timed out (the preview never invents an outcome other than success).
@@ -13,10 +13,6 @@
 //! (`autoTaintNewNodes`), the reset of rebooted nodes (`REAPPLY_ON_REBOOT`) and the replacement of
 //! unfinished Jobs whose package changed; a previewed node waiting for an earlier NodeWright stays
 //! waiting (the other NodeWright's own rollout is not simulated).
-//!
-//! The rest of this module re-exports the pure pieces the command line reads and writes node state
-//! with (node edits and their guarded patches, the reset edit, cordon ownership, Job reading), so
-//! it never has a second copy of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,7 +20,7 @@ use std::sync::Arc;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use nodewright_shared::api::{
     DeploymentPolicy, InterruptType, NodeWright, NodeWrightStatus, Sequencing, Status,
 };
@@ -33,33 +29,21 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use serde::Serialize;
 
+use crate::jobs::read::JobIndex;
+use crate::jobs::read::{Recorded, is_finished, node_of, recorded};
 use crate::jobs::stored::StoredJob;
 use crate::jobs::{PackageAnnotation, RuntimeTaint};
+use crate::naming::{interrupt_job_name, package_job_name};
 use crate::node::record::{Record, apply_record};
+use crate::node::state::parse_state;
+use crate::rollout::parts::{
+    PassParts, annotation_on, defaulted_policy, own_jobs, pass_parts, selected_nodes,
+};
 use crate::rollout::pass::{self, PassDecision, PassInput};
-use crate::rollout::selection;
-use crate::rollout::{
-    PassParts, annotation_on, batches, config_updates, defaulted_policy, graph, own_jobs,
-    pass_parts, priority, selected_nodes, uninstall,
-};
-
-/// The one-node planner the rollout runs, for properties checked outside the crate (the fuzz
-/// targets in `tests/fuzz`): pure, from a node's records and the Jobs known.
-pub use crate::jobs::read::JobIndex;
-pub use crate::jobs::read::{Recorded, is_finished, node_of, package_of, recorded};
-pub use crate::naming::{
-    INTERRUPT_CONTAINER_NAME, PAUSE_CONTAINER_NAME, auto_taint_annotation, check_container_name,
-    init_container_name, interrupt_job_name, package_job_name, stage_container_name,
-};
-pub use crate::node::cordon::{holds_cordon, uncordon};
-pub use crate::node::edit::{NodeEdit, node_patch};
-pub use crate::node::state::parse_state;
-pub use crate::rollout::batches::initial as initial_batch_state;
-use crate::rollout::plan::plan;
-pub use crate::rollout::plan::{Creation, Plan, plan as plan_node};
-pub use crate::rollout::reboots::reset_edit;
-pub use crate::rollout::selection::{NodeSelection, SelectorError};
-pub use crate::rollout::stages::is_done as package_done;
+use crate::rollout::plan::{Creation, plan_node};
+use crate::rollout::selection::{self, NodeSelection, SelectorError};
+use crate::rollout::stages::package_done;
+use crate::rollout::{batches, config_updates, graph, priority, uninstall};
 
 /// Most passes a preview simulates per selected node (a batch takes two: one evaluates the batch
 /// that ended, the next admits the new one), plus slack for the first passes.
@@ -719,7 +703,7 @@ impl<'a> World<'a> {
                 }
                 continue;
             }
-            let p = plan(nw, node, &run.state, &index, true);
+            let p = plan_node(nw, node, &run.state, &index, true);
             run.state = p.state.clone();
             run.drain |= p.cordon;
             run.timed_out |= p.timed_out;

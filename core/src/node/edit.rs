@@ -4,7 +4,7 @@
 //! state, other NodeWrights write theirs, users and other controllers write the rest. Every write
 //! here is an RFC 6902 JSON Patch that starts with `test /metadata/resourceVersion`: the apiserver
 //! applies it only to the exact version it was computed from, and answers 422 otherwise. Callers
-//! re-read and recompute on [`NodeWriteError::Conflict`].
+//! re-read and recompute on a conflict (the operator's `NodeWriteError::Conflict`).
 
 use std::collections::BTreeMap;
 
@@ -45,42 +45,6 @@ impl NodeEdit {
     pub fn remove_label(&mut self, key: impl Into<String>) {
         self.labels.insert(key.into(), None);
     }
-}
-
-/// Why a node write failed.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeWriteError {
-    /// The node changed since it was read (or is gone): re-read and recompute.
-    #[error("node {node} changed since it was read (resourceVersion {resource_version})")]
-    Conflict {
-        /// Node name.
-        node: String,
-        /// The version the patch was computed from.
-        resource_version: String,
-    },
-    /// The node object lacks a name or resourceVersion (not read from the API).
-    #[error("node {node:?} has no {field}: it was not read from the API server")]
-    Incomplete {
-        /// Node name, if any.
-        node: String,
-        /// The missing field.
-        field: &'static str,
-    },
-    /// Any other API error.
-    #[error("patching node {node}: {source}")]
-    Api {
-        /// Node name.
-        node: String,
-        /// The error.
-        #[source]
-        source: kube::Error,
-    },
-    /// The leadership term ended: nothing was sent.
-    #[error("the leadership term ended; node {node} not written")]
-    TermEnded {
-        /// Node name.
-        node: String,
-    },
 }
 
 fn escape(token: &str) -> String {

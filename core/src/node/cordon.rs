@@ -6,8 +6,8 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
+use kube_core::ResourceExt;
+use kube_core::{Selector, SelectorExt};
 use nodewright_shared::keys;
 
 use crate::node::edit::NodeEdit;

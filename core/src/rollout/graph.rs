@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use nodewright_shared::api::Package;
 use nodewright_shared::node_state::NodeState;
 
-use super::stages::{is_done, uninstall_requested};
+use super::stages::{package_done, uninstall_requested};
 
 /// Packages of `packages` whose dependencies are all finished on the node, and which are not finished
 /// themselves, in name order.
 pub fn runnable<'a>(packages: &'a BTreeMap<String, Package>, state: &NodeState) -> Vec<&'a str> {
     packages
         .iter()
-        .filter(|(name, package)| !is_done(package, state.get(name, &package.version)))
+        .filter(|(name, package)| !package_done(package, state.get(name, &package.version)))
         .filter(|(_, package)| {
             // Uninstalling waits for nothing (upstream does not cascade either way).
             // A dependency being (or already) uninstalled satisfies nothing: its dependents wait
@@ -26,7 +26,7 @@ pub fn runnable<'a>(packages: &'a BTreeMap<String, Package>, state: &NodeState) 
                     packages
                         .get(dep)
                         .filter(|d| &d.version == version && !uninstall_requested(d))
-                        .is_some_and(|d| is_done(d, state.get(dep, version)))
+                        .is_some_and(|d| package_done(d, state.get(dep, version)))
                 })
         })
         .map(|(name, _)| name.as_str())
@@ -37,7 +37,7 @@ pub fn runnable<'a>(packages: &'a BTreeMap<String, Package>, state: &NodeState) 
 pub fn all_done(packages: &BTreeMap<String, Package>, state: &NodeState) -> bool {
     packages
         .iter()
-        .all(|(name, package)| is_done(package, state.get(name, &package.version)))
+        .all(|(name, package)| package_done(package, state.get(name, &package.version)))
 }
 
 #[cfg(test)]

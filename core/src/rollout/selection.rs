@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
-use kube::core::{Selector, SelectorExt};
+use kube_core::{Selector, SelectorExt};
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 

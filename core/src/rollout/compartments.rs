@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
+use kube_core::ResourceExt;
+use kube_core::{Selector, SelectorExt};
 use nodewright_shared::api::{
     BatchParameters, DEFAULT_COMPARTMENT, DeploymentPolicy, DeploymentStrategy, NodeWright,
 };

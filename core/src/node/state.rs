@@ -2,7 +2,7 @@
 //! the status annotation and label it writes next to them.
 
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 use nodewright_shared::api::Status;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::NodeState;

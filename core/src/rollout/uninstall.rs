@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 
-use super::stages::{is_done, uninstall_requested};
+use super::stages::{package_done, uninstall_requested};
 
 /// Condition type set while a deletion cannot make progress.
 pub const DELETION_BLOCKED: &str = "DeletionBlocked";
@@ -106,7 +106,7 @@ pub fn dependency_block<'a>(
         if uninstall_requested(package)
             || states
                 .iter()
-                .all(|s| is_done(package, s.get(name, &package.version)))
+                .all(|s| package_done(package, s.get(name, &package.version)))
         {
             continue;
         }
