@@ -314,6 +314,9 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     )
     .touched_objects();
     let nodewright_store = ctx.nodewrights.clone();
+    // Cordon claims of NodeWrights that are gone, released as nodes change (and once a minute).
+    let leftover_cordons =
+        crate::runtime::leftover_cordons::run(ctx.clone(), node_changes.resubscribe());
     // Jobs map to their NodeWright by owner reference. (Controller::owns would key the cluster-scoped
     // owner with the Job's namespace and never find it.)
     let rollout = Controller::for_stream(nodewright_events, ctx.nodewrights.clone())
@@ -366,7 +369,7 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             }
         });
 
-    tokio::join!(rollout, outcomes);
+    tokio::join!(rollout, outcomes, leftover_cordons);
 }
 
 #[cfg(test)]

@@ -19,6 +19,9 @@
 //! (drain) while a PodDisruptionBudget refuses the eviction of a node's pod, the NodeWright and the
 //!     node say `in_progress` (Ready False, Progressing) within [`DRAIN_SHOWN`], the node is
 //!     cordoned, the pod stays and no Job runs; once the budget is gone the rollout completes.
+//! (cordons) an interrupt package leaves a node an administrator cordoned before it cordoned, and
+//!     uncordons the node it cordoned itself; a leftover cordon claim of a NodeWright that no longer
+//!     exists is released, with a Warning Event on the node.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -845,4 +848,107 @@ async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
         .expect("NodeWright deleted");
     wait_nodewright_gone(cluster, &client, &ns).await;
     delete_node(&client, &node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_administrators_cordon_outlives_an_interrupt_and_a_leftover_cordon_is_released() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cordons")
+        .await
+        .expect("namespace");
+    let nodes = Api::<Node>::all(client.clone());
+    let unschedulable = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    // Cordoned by an administrator before the NodeWright exists.
+    let admin = format!("{ns}-admin");
+    create_fake_node(&client, &admin, &[], json!([])).await;
+    patch_node(&client, &admin, json!({"spec": {"unschedulable": true}})).await;
+    // Schedulable: the NodeWright's own cordon comes and goes.
+    let free = format!("{ns}-free");
+    create_fake_node(&client, &free, &[], json!([])).await;
+    // Held by the claim of a NodeWright that no longer exists (deleted without its finalizer).
+    let leftover = format!("{ns}-leftover");
+    let gone = format!("{ns}-gone");
+    create_fake_node(&client, &leftover, &[], json!([])).await;
+    patch_node(
+        &client,
+        &leftover,
+        json!({"metadata": {"annotations": {keys::cordon_key(&gone): "true"}},
+               "spec": {"unschedulable": true}}),
+    )
+    .await;
+
+    let _operator = start_operator(client.clone(), &ns, None);
+    let mut tuned = package("1.0.0", &[]);
+    tuned.interrupt = interrupt(InterruptType::Service, &["tuned"]);
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&admin, &free]),
+            packages: BTreeMap::from([("tuned".to_owned(), tuned)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    // The interrupt ran on both nodes: each was claimed, drained and released.
+    for node in [&admin, &free] {
+        let drained = wait_event(cluster, &client, node, "Interrupt", "Node").await;
+        assert_eq!(
+            drained.message.as_deref(),
+            Some(format!("draining node [{node}] for [nodewright:{ns}]").as_str())
+        );
+        let n = nodes.get(node).await.expect("node");
+        assert!(
+            !n.annotations().contains_key(&keys::cordon_key(&ns)),
+            "{node}: claim released"
+        );
+        assert!(
+            !n.annotations()
+                .contains_key(keys::CORDONED_BEFORE_ANNOTATION),
+            "{node}: the record went with the last claim"
+        );
+    }
+    assert!(
+        unschedulable(&nodes.get(&admin).await.expect("node")),
+        "the administrator's cordon stays after the interrupt"
+    );
+    assert!(
+        !unschedulable(&nodes.get(&free).await.expect("node")),
+        "the node the NodeWright cordoned is uncordoned"
+    );
+
+    // The leftover claim is released (the node was schedulable before it) with an Event.
+    let released = wait_event(
+        cluster,
+        &client,
+        &leftover,
+        "LeftoverCordonReleased",
+        "Node",
+    )
+    .await;
+    assert_eq!(released.type_.as_deref(), Some("Warning"));
+    assert!(
+        released
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(&format!("NodeWright [{gone}]"))
+                && m.ends_with("the node is uncordoned")),
+        "{released:?}"
+    );
+    let n = nodes.get(&leftover).await.expect("node");
+    assert!(!n.annotations().contains_key(&keys::cordon_key(&gone)));
+    assert!(!unschedulable(&n));
+
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &ns).await;
+    for node in [&admin, &free, &leftover] {
+        delete_node(&client, node).await;
+    }
 }

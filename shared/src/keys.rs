@@ -59,6 +59,14 @@ pub fn cordon_key(nodewright: &str) -> String {
     format!("{PREFIX}cordon_{nodewright}")
 }
 
+/// Node annotation, `"true"` when the node was already unschedulable (cordoned by an administrator or
+/// another tool) when the first NodeWright took a cordon claim on it ([`cordon_key`]): releasing the
+/// last claim then leaves the node cordoned, so an administrator's cordon is never undone. Absent:
+/// the node was schedulable before (or its claims predate this annotation), and releasing the last
+/// claim uncordons it. It sits beside the claims rather than in their value, so operators and CLIs
+/// that only know `cordon_<name>: "true"` still read the claims as before.
+pub const CORDONED_BEFORE_ANNOTATION: &str = "nodewright.nvidia.com/cordonedBefore";
+
 /// Node annotation: the operator version that last migrated the node for this NodeWright.
 pub fn node_version_key(nodewright: &str) -> String {
     format!("{PREFIX}version_{nodewright}")

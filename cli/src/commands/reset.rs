@@ -21,7 +21,8 @@ use crate::writes::Writer;
 
 /// What resetting `nodewright` removes from `node`: its node state and status marks (the
 /// operator's own reset edit), its version mark, and its cordon (the node becomes schedulable
-/// again unless another NodeWright holds a cordon on it).
+/// again unless another NodeWright holds a cordon on it or it was cordoned before the first
+/// NodeWright cordoned it, `nodewright.nvidia.com/cordonedBefore`).
 pub fn reset_node_edit(node: &Node, nodewright: &str) -> NodeEdit {
     let mut edit = reset_edit(nodewright);
     edit.remove_annotation(keys::node_version_key(nodewright));
@@ -163,4 +164,35 @@ pub async fn run_dp(ctx: &Ctx, args: &DpResetArgs) -> Result<()> {
         .patch_nodewright_status(name, "reset the batch state of every compartment", patch)
         .await?;
     writer.print(ctx.format())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(unschedulable: bool, annotations: Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n", "resourceVersion": "1", "annotations": annotations},
+            "spec": {"unschedulable": unschedulable},
+        }))
+        .expect("node")
+    }
+
+    #[test]
+    fn a_reset_releases_the_claim_but_never_an_administrators_cordon() {
+        let claim = keys::cordon_key("gpu");
+        let admin = node(
+            true,
+            json!({claim.clone(): "true", keys::CORDONED_BEFORE_ANNOTATION: "true"}),
+        );
+        let edit = reset_node_edit(&admin, "gpu");
+        assert_eq!(edit.annotations.get(&claim), Some(&None));
+        assert_eq!(
+            edit.annotations.get(keys::CORDONED_BEFORE_ANNOTATION),
+            Some(&None)
+        );
+        assert_eq!(edit.unschedulable, None, "the administrator's cordon stays");
+        let ours = node(true, json!({claim.clone(): "true"}));
+        assert_eq!(reset_node_edit(&ours, "gpu").unschedulable, Some(false));
+    }
 }

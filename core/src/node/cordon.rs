@@ -19,28 +19,73 @@ pub fn holds_cordon(node: &Node, nodewright: &str) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-/// Adds the cordon (and this NodeWright's claim on it) to `edit`.
-pub fn cordon(edit: &mut NodeEdit, nodewright: &str) {
+/// The NodeWrights holding a cordon claim on the node (`cordon_<name>: "true"`).
+pub fn claimants(node: &Node) -> impl Iterator<Item = &str> {
+    let prefix = keys::cordon_key("");
+    node.annotations()
+        .iter()
+        .filter(|(_, v)| *v == "true")
+        .filter_map(move |(k, _)| k.strip_prefix(prefix.as_str()))
+}
+
+/// Whether the node is cordoned (`spec.unschedulable`), whoever did it.
+pub fn is_unschedulable(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Whether the node was already cordoned before the first NodeWright's claim
+/// ([`keys::CORDONED_BEFORE_ANNOTATION`]).
+pub fn cordoned_before(node: &Node) -> bool {
+    node.annotations()
+        .get(keys::CORDONED_BEFORE_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
+/// Adds the cordon (and this NodeWright's claim on it) to `edit`. The first claim on the node also
+/// records whether the node was already cordoned ([`keys::CORDONED_BEFORE_ANNOTATION`]); a later
+/// claim keeps that record, which describes the node before any NodeWright touched it.
+pub fn cordon(edit: &mut NodeEdit, node: &Node, nodewright: &str) {
+    if claimants(node).all(|n| n == nodewright) {
+        if is_unschedulable(node) {
+            edit.annotate(keys::CORDONED_BEFORE_ANNOTATION, "true");
+        } else {
+            // A record an older operator left behind when it released the last claim.
+            edit.remove_annotation(keys::CORDONED_BEFORE_ANNOTATION);
+        }
+    }
     edit.annotate(keys::cordon_key(nodewright), "true");
     edit.unschedulable = Some(true);
 }
 
 /// Releases this NodeWright's claim on the cordon in `edit`; the node becomes schedulable again only
-/// when no other NodeWright still holds a cordon (upstream uncordoned regardless, DESIGN §9).
+/// when no other NodeWright still holds a cordon (upstream uncordoned regardless, DESIGN §9) and the
+/// node was not already cordoned before the first claim (an administrator's cordon stays).
 pub fn uncordon(edit: &mut NodeEdit, node: &Node, nodewright: &str) {
     if !holds_cordon(node, nodewright) {
         return;
     }
-    edit.remove_annotation(keys::cordon_key(nodewright));
-    let own = keys::cordon_key(nodewright);
-    let prefix = keys::cordon_key("");
-    let others = node
-        .annotations()
-        .iter()
-        .any(|(k, v)| k.starts_with(&prefix) && *k != own && v == "true");
-    if !others {
+    release(edit, node, &[nodewright]);
+}
+
+/// Removes the claims of `released` (NodeWright names) in `edit`; when no other claim remains, the
+/// node goes back to how it was before the first claim: schedulable, or left cordoned when it was
+/// cordoned already. Whatever happens to `spec.unschedulable` between the first claim and the last
+/// release cannot be told apart from the NodeWrights' own cordon: an administrator who cordons a
+/// node while a NodeWright holds it sees it uncordoned at the release, as with kured.
+pub fn release(edit: &mut NodeEdit, node: &Node, released: &[&str]) {
+    for name in released {
+        edit.remove_annotation(keys::cordon_key(name));
+    }
+    if claimants(node).any(|n| !released.contains(&n)) {
+        return;
+    }
+    if !cordoned_before(node) {
         edit.unschedulable = Some(false);
     }
+    edit.remove_annotation(keys::CORDONED_BEFORE_ANNOTATION);
 }
 
 /// Whether a pod on a node being drained must leave it (upstream's `ShouldEvict`): Running or
@@ -181,5 +226,121 @@ mod tests {
         let mut edit = NodeEdit::default();
         uncordon(&mut edit, &node(&[(&theirs, "true")]), "a");
         assert_eq!(edit, NodeEdit::default());
+    }
+
+    /// A node with `resourceVersion` 1, cordoned when `unschedulable`, with `annotations`.
+    fn node_with(unschedulable: bool, annotations: &[(&str, &str)]) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "n",
+                "resourceVersion": "1",
+                "annotations": annotations.iter().map(|(k, v)| ((*k).to_owned(), json!(v)))
+                    .collect::<serde_json::Map<_, _>>(),
+            },
+            "spec": {"unschedulable": unschedulable},
+        }))
+        .expect("node")
+    }
+
+    /// The node after `edit`, as the apiserver would apply the patch the writer sends.
+    fn applied(node: &Node, edit: &NodeEdit) -> Node {
+        let Some(patch) = crate::node::edit::node_patch(node, edit) else {
+            return node.clone();
+        };
+        let mut value = serde_json::to_value(node).expect("node json");
+        json_patch::patch(&mut value, &patch).expect("patch applies");
+        serde_json::from_value(value).expect("node")
+    }
+
+    fn cordoned(node: &Node, nodewright: &str) -> Node {
+        let mut edit = NodeEdit::default();
+        cordon(&mut edit, node, nodewright);
+        applied(node, &edit)
+    }
+
+    fn uncordoned(node: &Node, nodewright: &str) -> Node {
+        let mut edit = NodeEdit::default();
+        uncordon(&mut edit, node, nodewright);
+        applied(node, &edit)
+    }
+
+    #[test]
+    fn a_node_an_administrator_cordoned_stays_cordoned_after_the_release() {
+        let admin = node_with(true, &[]);
+        let held = cordoned(&admin, "a");
+        assert!(holds_cordon(&held, "a"));
+        assert!(
+            cordoned_before(&held),
+            "the first claim records the prior cordon"
+        );
+        let released = uncordoned(&held, "a");
+        assert!(
+            is_unschedulable(&released),
+            "the administrator's cordon stays"
+        );
+        assert!(!holds_cordon(&released, "a"));
+        assert!(
+            !released
+                .annotations()
+                .contains_key(keys::CORDONED_BEFORE_ANNOTATION),
+            "the record goes with the last claim"
+        );
+    }
+
+    #[test]
+    fn a_node_the_nodewright_cordoned_is_uncordoned_and_an_old_record_is_not_trusted() {
+        let schedulable = node_with(false, &[]);
+        let held = cordoned(&schedulable, "a");
+        assert!(is_unschedulable(&held));
+        assert!(!cordoned_before(&held));
+        let released = uncordoned(&held, "a");
+        assert!(!is_unschedulable(&released));
+        assert!(
+            released.annotations().is_empty(),
+            "{:?}",
+            released.annotations()
+        );
+        // A record an older operator left behind on a schedulable node is replaced by the truth.
+        let stale = node_with(false, &[(keys::CORDONED_BEFORE_ANNOTATION, "true")]);
+        let held = cordoned(&stale, "a");
+        assert!(!cordoned_before(&held));
+        assert!(!is_unschedulable(&uncordoned(&held, "a")));
+    }
+
+    #[test]
+    fn with_several_nodewrights_the_state_before_the_first_claim_decides() {
+        // Schedulable before `a`: `b` finds it cordoned (by `a`), which must not count as prior.
+        let both = cordoned(&cordoned(&node_with(false, &[]), "a"), "b");
+        assert!(!cordoned_before(&both));
+        let a_gone = uncordoned(&both, "a");
+        assert!(is_unschedulable(&a_gone), "b still holds it");
+        assert!(!is_unschedulable(&uncordoned(&a_gone, "b")));
+        // Cordoned by an administrator before `a`: released in any order, it stays cordoned.
+        let both = cordoned(&cordoned(&node_with(true, &[]), "a"), "b");
+        for (first, last) in [("a", "b"), ("b", "a")] {
+            let released = uncordoned(&uncordoned(&both, first), last);
+            assert!(is_unschedulable(&released), "released {first} then {last}");
+            assert_eq!(claimants(&released).count(), 0);
+        }
+    }
+
+    #[test]
+    fn claims_taken_before_the_record_existed_release_as_before() {
+        // An older operator's claim (no record): the release uncordons, as that operator would.
+        let legacy = node_with(true, &[(&keys::cordon_key("a"), "true")]);
+        assert!(!is_unschedulable(&uncordoned(&legacy, "a")));
+        // Releasing leftover claims follows the same rule.
+        let leftover = node_with(
+            true,
+            &[
+                (&keys::cordon_key("gone"), "true"),
+                (keys::CORDONED_BEFORE_ANNOTATION, "true"),
+            ],
+        );
+        let mut edit = NodeEdit::default();
+        release(&mut edit, &leftover, &["gone"]);
+        let released = applied(&leftover, &edit);
+        assert!(is_unschedulable(&released));
+        assert!(released.annotations().is_empty());
     }
 }

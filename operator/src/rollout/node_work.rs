@@ -152,7 +152,7 @@ pub async fn advance(
                 );
             }
         } else if p.cordon && !cordon::holds_cordon(&node, &nw) {
-            cordon::cordon(&mut edit, &nw);
+            cordon::cordon(&mut edit, &node, &nw);
         }
         match ctx.writer.apply_node_edit(&node, &edit).await {
             Ok(Some(updated)) => node = updated,

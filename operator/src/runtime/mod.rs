@@ -6,6 +6,7 @@ pub mod client;
 pub mod config;
 pub(crate) mod job_feed;
 pub mod leader;
+pub(crate) mod leftover_cordons;
 pub(crate) mod nodes;
 pub(crate) mod nodewrights;
 pub(crate) mod pod_feed;

@@ -1,0 +1,170 @@
+//! Cordon claims (`cordon_<name>`) of NodeWrights that no longer exist. A NodeWright releases its
+//! claims when it completes a node and when it is deleted (its finalizer), but one deleted without
+//! its finalizer running (removed by hand, an operator that was not running, an older operator's
+//! leftovers) would hold its nodes cordoned for ever: no pass of any NodeWright would ever release
+//! a claim that is not its own.
+//!
+//! During each leadership term this task looks at every node as it changes, and at all of them
+//! once a minute (a NodeWright deleted without its finalizer changes no node): a claim whose
+//! NodeWright is not in the store is confirmed gone with a GET (the store only holds the NodeWrights
+//! this replica reconciles), then released under the same rule as any release
+//! ([`crate::node::cordon::release`]: the node is uncordoned unless it was cordoned before the
+//! first claim), with a Warning Event on the node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use nodewright_shared::api::NodeWright;
+use tokio::sync::broadcast;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::context::Context;
+use crate::node::cordon;
+use crate::node::edit::{NodeEdit, NodeWriteError};
+use crate::runtime::nodes::{NodeChange, changes};
+
+/// Event reason on a node whose leftover claim was released.
+pub const LEFTOVER_CORDON_RELEASED: &str = "LeftoverCordonReleased";
+
+/// How often every cached node is looked at, whether it changed or not.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Releases leftover claims until the term ends.
+pub async fn run(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>) {
+    async move {
+        // Before the store has listed, every claim would look like a leftover (and cost a GET).
+        tokio::select! {
+            () = ctx.term.cancelled() => return,
+            ready = ctx.nodewrights.wait_until_ready() => if ready.is_err() { return },
+        }
+        let mut node_changes = std::pin::pin!(changes(node_changes));
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let nodes: Vec<Arc<Node>> = tokio::select! {
+                () = ctx.term.cancelled() => return,
+                _ = tick.tick() => ctx.nodes.state(),
+                change = node_changes.next() => match change {
+                    Some(NodeChange::Changed(node)) => vec![Arc::new(*node)],
+                    Some(NodeChange::Missed) => ctx.nodes.state(),
+                    None => return,
+                },
+            };
+            for node in nodes {
+                if ctx.term.is_cancelled() {
+                    return;
+                }
+                release_leftovers(&ctx, &node).await;
+            }
+        }
+    }
+    .instrument(info_span!("leftover_cordons"))
+    .await;
+}
+
+/// The claimants of `node` that are not in `known` (the store): those that may be gone.
+fn suspects(node: &Node, known: impl Fn(&str) -> bool) -> Vec<String> {
+    cordon::claimants(node)
+        .filter(|name| !known(name))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The text of the Event on a node whose leftover claims of `gone` were released; `stays` when the
+/// node was cordoned before the first claim (and stays so).
+fn note(gone: &[String], still_held: bool, stays: bool) -> String {
+    let names = gone.join(", ");
+    let after = if still_held {
+        "the node stays cordoned: another NodeWright holds a cordon on it"
+    } else if stays {
+        "the node stays cordoned: it was cordoned before any NodeWright cordoned it"
+    } else {
+        "the node is uncordoned"
+    };
+    format!("released the cordon of NodeWright [{names}], which no longer exists; {after}")
+}
+
+/// Releases the claims on `node` of NodeWrights that do not exist (confirmed by the API server).
+async fn release_leftovers(ctx: &Context, node: &Node) {
+    let suspects = suspects(node, |name| {
+        ctx.nodewrights
+            .get(&ObjectRef::<NodeWright>::new(name))
+            .is_some()
+    });
+    if suspects.is_empty() {
+        return;
+    }
+    let api = Api::<NodeWright>::all(ctx.client.clone());
+    let mut gone = Vec::new();
+    for name in suspects {
+        match api.get_opt(&name).await {
+            Ok(None) => gone.push(name),
+            Ok(Some(_)) => {}
+            Err(error) => {
+                warn!(nodewright = %name, %error, "could not tell whether a cordon's NodeWright exists");
+                return;
+            }
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    let released: Vec<&str> = gone.iter().map(String::as_str).collect();
+    let mut edit = NodeEdit::default();
+    cordon::release(&mut edit, node, &released);
+    let still_held = cordon::claimants(node).any(|n| !released.contains(&n));
+    let stays = !still_held && cordon::cordoned_before(node);
+    let name = node.name_any();
+    match ctx.writer.apply_node_edit(node, &edit).await {
+        Ok(_) => {
+            info!(node = %name, nodewrights = ?gone, "released leftover cordon claims");
+            ctx.events
+                .warn_on_node(
+                    node,
+                    LEFTOVER_CORDON_RELEASED,
+                    note(&gone, still_held, stays),
+                    None,
+                )
+                .await;
+        }
+        // The node changed since the cache saw it: its change comes back here as an event.
+        Err(NodeWriteError::Conflict { .. }) => {
+            debug!(node = %name, "node changed under the leftover release; next change retries")
+        }
+        Err(error) => warn!(node = %name, %error, "could not release leftover cordon claims"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_shared::keys;
+    use serde_json::json;
+
+    #[test]
+    fn only_claims_of_nodewrights_not_known_are_suspects() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n", "annotations": {
+            keys::cordon_key("live"): "true",
+            keys::cordon_key("gone"): "true",
+            keys::cordon_key("released"): "false",
+            keys::node_state_key("other"): "{}",
+        }}}))
+        .expect("node");
+        assert_eq!(suspects(&node, |n| n == "live"), ["gone"]);
+        assert!(suspects(&node, |_| true).is_empty());
+    }
+
+    #[test]
+    fn the_event_says_what_became_of_the_node() {
+        let gone = ["old".to_owned()];
+        assert!(note(&gone, false, false).ends_with("the node is uncordoned"));
+        assert!(note(&gone, false, true).contains("cordoned before any NodeWright"));
+        assert!(note(&gone, true, false).contains("another NodeWright holds"));
+        assert!(note(&gone, false, false).contains("NodeWright [old]"));
+    }
+}
