@@ -8,7 +8,7 @@
 //! once a minute (a NodeWright deleted without its finalizer changes no node): a claim whose
 //! NodeWright is not in the store is confirmed gone with a GET (the store only holds the NodeWrights
 //! this replica reconciles), then released under the same rule as any release
-//! ([`crate::node::cordon::release`]: the node is uncordoned unless it was cordoned before the
+//! ([`nodewright_core::node::cordon::release`]: the node is uncordoned unless it was cordoned before the
 //! first claim), with a Warning Event on the node.
 
 use std::sync::Arc;
@@ -24,9 +24,10 @@ use tokio::sync::broadcast;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
-use crate::node::cordon;
-use crate::node::edit::{NodeEdit, NodeWriteError};
 use crate::runtime::nodes::{NodeChange, changes};
+use crate::writes::NodeWriteError;
+use nodewright_core::node::cordon;
+use nodewright_core::node::edit::NodeEdit;
 
 /// Event reason on a node whose leftover claim was released.
 pub const LEFTOVER_CORDON_RELEASED: &str = "LeftoverCordonReleased";
