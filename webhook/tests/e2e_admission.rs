@@ -383,7 +383,7 @@ async fn kubectl_apply_meets_the_administrators_restrictions() {
     let (ok, out) = apply(&cluster, &nodewright("by-tag", "ghcr.io/acme/tool", "", "")).await;
     assert!(ok, "{out}\nwebhook log:\n{}", log());
     assert!(
-        out.contains("Warning: spec.packages.tool: no containerSHA, so ghcr.io/acme/tool:1.0.0 is pulled by its tag, which can be moved to other content"),
+        out.contains("Warning: spec.packages.tool: no containerSHA: ghcr.io/acme/tool:1.0.0 is pulled by a tag, which can be moved (nodes would run other code as root); pin it with containerSHA: sha256:<digest>"),
         "{out}"
     );
     // Pinned by digest, from Docker Hub's library written short: admitted without a warning.

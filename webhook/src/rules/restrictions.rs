@@ -170,8 +170,9 @@ pub(crate) fn check(nw: &NodeWright, r: &Restrictions, f: &mut Findings) {
             );
         }
         if sha.is_none() && !package.image.trim().is_empty() {
+            // Short: the apiserver may truncate a warning past 256 characters.
             f.warn(format!(
-                "spec.packages.{key}: no containerSHA, so {}:{} is pulled by its tag, which can be moved to other content: nodes would then run different code as root, and nodes mid-rollout different versions; pin it with containerSHA: sha256:<digest>",
+                "spec.packages.{key}: no containerSHA: {}:{} is pulled by a tag, which can be moved (nodes would run other code as root); pin it with containerSHA: sha256:<digest>",
                 package.image, package.version
             ));
         }
@@ -406,7 +407,7 @@ mod tests {
         assert_eq!(v.warnings.len(), 2, "{:?}", v.warnings);
         assert!(
             v.warnings[0].starts_with(
-                "spec.packages.empty-sha: no containerSHA, so ghcr.io/example/pkg:2.0.0 is pulled by its tag"
+                "spec.packages.empty-sha: no containerSHA: ghcr.io/example/pkg:2.0.0 is pulled by a tag, which can be moved"
             ),
             "{:?}",
             v.warnings
