@@ -354,7 +354,10 @@ rn_install_host_commands() {
   for name in reboot shutdown poweroff halt systemctl service; do
     ln -s nodewright-host-command "${dir}/sbin/${name}"
   done
-  mount --bind "${dir}/sbin" /usr/local/sbin
+  # First in every usual PATH, for a host without some of these commands.
+  if [[ -d /usr/local/sbin ]]; then
+    mount --bind "${dir}/sbin" /usr/local/sbin
+  fi
   declare -A done_paths=()
   for name in reboot shutdown poweroff halt systemctl service; do
     for path in /usr/sbin /sbin /usr/bin /bin; do
