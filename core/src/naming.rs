@@ -68,34 +68,40 @@ pub fn interrupt_job_name(nodewright: &str, node: &str) -> String {
     )
 }
 
-/// The ConfigMap holding a package's `configMap` files: upstream's `lower(<nw>-<pkg>-<ver>)` whenever
-/// that is already a valid DNS-1123 subdomain. Otherwise (a version with `+` or upper-case letters, or
-/// an over-long name from an object that bypassed admission) a sanitised prefix plus a hash of the
-/// tuple, so the name is always valid and two versions never share a ConfigMap.
+/// The ConfigMap holding a package's `configMap` files: a readable prefix (`<nw>-<pkg>-<ver>`,
+/// sanitised) and a hash of the tuple, like the Job names. Upstream's plain `<nw>-<pkg>-<ver>`
+/// ([`legacy_package_configmap_name`]) made NodeWright `a` with package `bb-cc` and NodeWright
+/// `a-bb` with package `cc` share one ConfigMap: one NodeWright's package ran as root with the
+/// other's files, and deleting one garbage-collected the other's.
 pub fn package_configmap_name(nodewright: &str, package: &str, version: &str) -> String {
-    let plain = format!("{nodewright}-{package}-{version}");
-    if is_dns_subdomain(&plain) {
-        return plain;
-    }
     let parts = [nodewright, package, version];
     hashed_label(MAX_SUBDOMAIN_LEN, "package-configmap", &parts, &parts)
 }
 
-/// The per-node metadata ConfigMap of `nodewright` on `node`: `<nw>-<node>-metadata` with dots turned
-/// into dashes, as upstream names it. (Node names `a.b` and `a-b` would share it; upstream has the
-/// same property and node names that differ only there do not occur in practice.) Falls back to a
-/// hashed name when the plain one is not a valid subdomain.
+/// The name earlier operators gave a package ConfigMap (`<nw>-<pkg>-<ver>` when a valid
+/// subdomain): only looked for on upgrade, to carry its content over and delete it once no
+/// unfinished Job mounts it.
+pub fn legacy_package_configmap_name(nodewright: &str, package: &str, version: &str) -> String {
+    format!("{nodewright}-{package}-{version}")
+}
+
+/// The per-node metadata ConfigMap of `nodewright` on `node`: a readable prefix
+/// (`<nw>-<node>-metadata`, sanitised) and a hash of the pair, so node names `a.b` and `a-b`, or
+/// NodeWright `a` on node `b-c` and NodeWright `a-b` on node `c`, never share one (upstream's
+/// `<nw>-<node>-metadata` with dots as dashes did: [`legacy_node_metadata_configmap_name`]).
 pub fn node_metadata_configmap_name(nodewright: &str, node: &str) -> String {
-    let plain = format!("{nodewright}-{node}-metadata").replace('.', "-");
-    if is_dns_subdomain(&plain) {
-        return plain;
-    }
     hashed_label(
         MAX_SUBDOMAIN_LEN,
         "node-metadata-configmap",
         &[nodewright, node],
         &[nodewright, node, "metadata"],
     )
+}
+
+/// The name earlier operators gave a node-metadata ConfigMap, deleted on upgrade once no unfinished
+/// Job mounts it.
+pub fn legacy_node_metadata_configmap_name(nodewright: &str, node: &str) -> String {
+    format!("{nodewright}-{node}-metadata").replace('.', "-")
 }
 
 /// The package copy container: `<pkg[:43]>-init`.
@@ -381,19 +387,59 @@ mod tests {
     }
 
     #[test]
-    fn package_configmap_keeps_upstream_name_when_valid() {
+    fn configmap_names_are_readable_and_hashed() {
+        let cm = package_configmap_name("gpu", "dax", "1.2.3");
+        assert!(cm.starts_with("gpu-dax-1-2-3-"), "{cm}");
+        assert_eq!(cm.len(), "gpu-dax-1-2-3-".len() + HASH_LEN);
+        assert_eq!(cm, package_configmap_name("gpu", "dax", "1.2.3"));
+        let meta = node_metadata_configmap_name("gpu", "ip-10-0-0-1.ec2.internal");
+        assert!(
+            meta.starts_with("gpu-ip-10-0-0-1-ec2-internal-metadata-"),
+            "{meta}"
+        );
         assert_eq!(
-            package_configmap_name("gpu", "dax", "1.2.3"),
+            legacy_package_configmap_name("gpu", "dax", "1.2.3"),
             "gpu-dax-1.2.3"
         );
         assert_eq!(
-            package_configmap_name("gpu", "dax", "1.2.3-rc.1"),
-            "gpu-dax-1.2.3-rc.1"
+            legacy_node_metadata_configmap_name("gpu", "ip-10-0-0-1.ec2.internal"),
+            "gpu-ip-10-0-0-1-ec2-internal-metadata"
         );
     }
 
     #[test]
-    fn package_configmap_is_made_dns_safe() {
+    fn colliding_upstream_names_get_their_own_configmaps() {
+        // Upstream named both `a-bb-cc-1.0`.
+        assert_eq!(
+            legacy_package_configmap_name("a", "bb-cc", "1.0"),
+            legacy_package_configmap_name("a-bb", "cc", "1.0")
+        );
+        assert_ne!(
+            package_configmap_name("a", "bb-cc", "1.0"),
+            package_configmap_name("a-bb", "cc", "1.0")
+        );
+        // Upstream named both `a-b-c-metadata`.
+        assert_eq!(
+            legacy_node_metadata_configmap_name("a", "b-c"),
+            legacy_node_metadata_configmap_name("a-b", "c")
+        );
+        assert_ne!(
+            node_metadata_configmap_name("a", "b-c"),
+            node_metadata_configmap_name("a-b", "c")
+        );
+        assert_ne!(
+            node_metadata_configmap_name("a", "b.c"),
+            node_metadata_configmap_name("a", "b-c")
+        );
+        // A new name is never an old one, so an old ConfigMap is never reused.
+        assert_ne!(
+            package_configmap_name("a", "bb-cc", "1.0"),
+            legacy_package_configmap_name("a", "bb-cc", "1.0")
+        );
+    }
+
+    #[test]
+    fn configmap_names_are_made_dns_safe() {
         let upper = package_configmap_name("gpu", "dax", "1.2.3-RC1");
         assert!(is_dns_subdomain(&upper), "{upper}");
         assert!(upper.starts_with("gpu-dax-1-2-3-rc1-"), "{upper}");
@@ -402,14 +448,6 @@ mod tests {
         assert!(is_dns_subdomain(&plus), "{plus}");
         let long = package_configmap_name(&"n".repeat(200), "dax", &"1".repeat(63));
         assert!(long.len() <= MAX_SUBDOMAIN_LEN && is_dns_subdomain(&long));
-    }
-
-    #[test]
-    fn node_metadata_configmap_turns_dots_into_dashes() {
-        assert_eq!(
-            node_metadata_configmap_name("gpu", "ip-10-0-0-1.ec2.internal"),
-            "gpu-ip-10-0-0-1-ec2-internal-metadata"
-        );
         let long = node_metadata_configmap_name(&"n".repeat(53), &"x.".repeat(120));
         assert!(is_dns_subdomain(&long), "{long}");
     }
@@ -538,6 +576,23 @@ mod tests {
             prop_assert!(is_dns_subdomain(&cm), "{}", cm);
             let meta = node_metadata_configmap_name(&nw, &node);
             prop_assert!(is_dns_subdomain(&meta), "{}", meta);
+        }
+
+        #[test]
+        fn configmap_names_differ_when_any_part_differs(
+            a in proptest::collection::vec(arb_part(), 3),
+            b in proptest::collection::vec(arb_part(), 3),
+        ) {
+            prop_assume!(a != b);
+            prop_assert_ne!(
+                package_configmap_name(&a[0], &a[1], &a[2]),
+                package_configmap_name(&b[0], &b[1], &b[2])
+            );
+            prop_assume!(a[..2] != b[..2]);
+            prop_assert_ne!(
+                node_metadata_configmap_name(&a[0], &a[1]),
+                node_metadata_configmap_name(&b[0], &b[1])
+            );
         }
 
         #[test]

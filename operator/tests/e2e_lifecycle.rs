@@ -721,3 +721,155 @@ async fn cancelling_an_uninstall_installs_again() {
         uninstalls.iter().map(|j| j.name_any()).collect::<Vec<_>>()
     );
 }
+
+/// The ConfigMap a Job's pods mount as `volume`.
+fn mounted_configmap(job: &Job, volume: &str) -> Option<String> {
+    job.spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == volume)?
+        .config_map
+        .as_ref()
+        .map(|c| c.name.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_names_never_collide_and_old_names_are_cleaned_up() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("collide")
+        .await
+        .expect("namespace");
+    let node = cluster.node_names()[0].clone();
+    // NodeWright `<ns>` with package `bb-cc` and `<ns>-bb` with package `cc`: upstream's names
+    // `<nw>-<pkg>-<ver>` were the same, `<ns>-bb-cc-1.0.0`.
+    let (a, b) = (ns.clone(), format!("{ns}-bb"));
+    let mut created = Vec::new();
+    for (nw, key, content) in [(&a, "bb-cc", "from-a"), (&b, "cc", "from-b")] {
+        let mut pkg = package("1.0.0", &[]);
+        pkg.config_map = BTreeMap::from([("f".to_owned(), content.to_owned())]);
+        let spec = NodeWrightSpec {
+            priority: nodewright_shared::api::DEFAULT_PRIORITY,
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([(key.to_owned(), pkg)]),
+            ..NodeWrightSpec::default()
+        };
+        let mut object = NodeWright::new(nw, spec);
+        object.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.clone())]));
+        created.push(
+            Api::<NodeWright>::all(client.clone())
+                .create(&kube::api::PostParams::default(), &object)
+                .await
+                .expect("NodeWright created"),
+        );
+    }
+    // What an earlier operator left: `a`'s package and node-metadata ConfigMaps under the old
+    // names, owned and labelled as it wrote them.
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let legacy_package = format!("{a}-bb-cc-1.0.0");
+    let legacy_meta = format!("{a}-{node}-metadata").replace('.', "-");
+    let owner = json!([{"apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "NodeWright",
+        "name": a, "uid": created[0].metadata.uid, "controller": true}]);
+    for (name, labels, data) in [
+        (
+            &legacy_package,
+            json!({keys::NAME_LABEL: a}),
+            json!({"f": "from-a"}),
+        ),
+        (
+            &legacy_meta,
+            json!({keys::NAME_LABEL: a, "nodewright.nvidia.com/node-meta": a}),
+            json!({"packages.json": "{}"}),
+        ),
+    ] {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels, "ownerReferences": owner},
+            "data": data,
+        }))
+        .expect("configmap");
+        configmaps
+            .create(&kube::api::PostParams::default(), &cm)
+            .await
+            .expect("old-named ConfigMap created");
+    }
+
+    // The upgraded operator takes over both NodeWrights.
+    let _operator = start_operator(client.clone(), &ns, &ns, None, &[]);
+    for nw in [&a, &b] {
+        wait_nodewright(cluster, &client, nw, "complete", |nw| {
+            status_is(nw, Status::Complete)
+        })
+        .await;
+    }
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items;
+    let mut mounted = BTreeMap::new();
+    for (nw, content) in [(&a, "from-a"), (&b, "from-b")] {
+        let own: Vec<&Job> = jobs
+            .iter()
+            .filter(|j| j.labels().get(keys::NAME_LABEL) == Some(nw))
+            .collect();
+        assert!(!own.is_empty(), "{nw} ran Jobs");
+        for job in own {
+            let package_cm = mounted_configmap(job, "package-configmap").expect("package volume");
+            let meta_cm = mounted_configmap(job, "node-metadata").expect("metadata volume");
+            assert_ne!(package_cm, legacy_package, "an old name is never reused");
+            assert_ne!(meta_cm, legacy_meta, "an old name is never reused");
+            let cm = configmaps
+                .get(&package_cm)
+                .await
+                .expect("package ConfigMap");
+            assert_eq!(
+                cm.data
+                    .as_ref()
+                    .and_then(|d| d.get("f"))
+                    .map(String::as_str),
+                Some(content),
+                "{nw} mounts its own files"
+            );
+            mounted.insert((nw.clone(), "package"), package_cm);
+            mounted.insert((nw.clone(), "meta"), meta_cm);
+        }
+    }
+    assert_ne!(
+        mounted[&(a.clone(), "package")],
+        mounted[&(b.clone(), "package")]
+    );
+    assert_ne!(mounted[&(a.clone(), "meta")], mounted[&(b.clone(), "meta")]);
+    // The old-named ConfigMaps go once no unfinished Job can mount them.
+    let configmaps = &configmaps;
+    for old in [&legacy_package, &legacy_meta] {
+        cluster
+            .wait_for(
+                &format!("old-named ConfigMap {old} deleted"),
+                BOUND,
+                || async move {
+                    Ok(configmaps
+                        .get_opt(old)
+                        .await
+                        .map_err(|e| cluster.kube_error(format!("get {old}"), e))?
+                        .is_none()
+                        .then_some(()))
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for nw in [&a, &b] {
+        Api::<NodeWright>::all(client.clone())
+            .delete(nw, &DeleteParams::default())
+            .await
+            .expect("NodeWright deleted");
+        wait_nodewright_gone(cluster, &client, nw).await;
+    }
+}

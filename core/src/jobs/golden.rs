@@ -301,7 +301,7 @@ const PACKAGE_JOB: &str = r#"
           },
           {
             "configMap": {
-              "name": "gpu-node-1-metadata"
+              "name": "gpu-node-1-metadata-93da3523c607"
             },
             "name": "node-metadata"
           }

@@ -683,7 +683,7 @@ mod tests {
         assert_eq!(volumes[1].name, "node-metadata");
         assert_eq!(
             volumes[1].config_map.as_ref().map(|c| c.name.as_str()),
-            Some("gpu-node-1-example-metadata")
+            Some("gpu-node-1-example-metadata-44fed90a9d4b")
         );
 
         let pkg = Package {
@@ -697,7 +697,7 @@ mod tests {
         assert_eq!(volumes[2].name, "package-configmap");
         assert_eq!(
             volumes[2].config_map.as_ref().map(|c| c.name.as_str()),
-            Some("gpu-dax-1.2.3")
+            Some("gpu-dax-1-2-3-80cec697f805")
         );
         for container in spec.init_containers.unwrap_or_default() {
             let mounts: Vec<_> = container

@@ -159,10 +159,17 @@ pub fn detect(nodewright: &NodeWright, existing: &[ConfigMap], states: &[NodeSta
     for (cm_name, (package, version, data)) in
         crate::jobs::configmaps::wanted_package_configmaps(nodewright)
     {
-        let old = existing
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(cm_name.as_str()))
-            .map(|c| c.data.clone().unwrap_or_default());
+        // After an upgrade from the plain names, the content is still under the old name: a change
+        // made meanwhile is detected against it, not mistaken for a first install.
+        let legacy = crate::naming::legacy_package_configmap_name(&name, &package, &version);
+        let old = [cm_name.as_str(), legacy.as_str()]
+            .into_iter()
+            .find_map(|wanted| {
+                existing
+                    .iter()
+                    .find(|c| c.metadata.name.as_deref() == Some(wanted))
+                    .map(|c| c.data.clone().unwrap_or_default())
+            });
         let Some(old) = old else {
             // First install or a new version: its files are new, not changed.
             updates.remove(&package);

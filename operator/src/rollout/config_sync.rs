@@ -6,10 +6,13 @@
 //! node records, then the ConfigMap itself (the ConfigMap still differing from the spec is what makes
 //! the next pass redo the first two, which are idempotent).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+use nodewright_core::jobs::read;
+use nodewright_core::naming;
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::state::parse_state;
 use nodewright_core::rollout::config_updates::{Detected, detect, queue};
@@ -68,8 +71,20 @@ pub async fn sync(
     for node in nodes {
         queue_on_node(ctx, &name, node, &changes).await?;
     }
-    configmaps::sync_package_configmaps(&ctx.writer, nodewright, &existing, &hold).await?;
-    if !written && hold.is_empty() && changes.is_empty() {
+    // ConfigMaps under the names earlier operators gave them stay while an unfinished Job of that
+    // package version may still mount them (deleting one holds a pending pod in ContainerCreating).
+    let label = naming::label_value(&name);
+    let in_use: BTreeSet<String> = ctx
+        .jobs
+        .state()
+        .iter()
+        .filter(|j| j.nodewright.as_ref() == Some(&label) && !read::is_finished(j))
+        .filter_map(|j| read::package_of(j))
+        .map(|p| naming::legacy_package_configmap_name(&name, &p.name, &p.version))
+        .collect();
+    let lingering = existing.iter().any(|c| in_use.contains(&c.name_any()));
+    configmaps::sync_package_configmaps(&ctx.writer, nodewright, &existing, &hold, &in_use).await?;
+    if !written && hold.is_empty() && changes.is_empty() && !lingering {
         ctx.writer.memo().remember(memo_key, memo_stamp);
     }
     Ok(written)

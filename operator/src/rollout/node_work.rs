@@ -301,6 +301,7 @@ async fn execute(
             &ctx.config.jobs.agent_image,
         )
         .await?;
+        configmaps::delete_legacy_node_metadata(ctx, nodewright, node).await?;
     }
     for creation in &p.create {
         let disruptive = matches!(
