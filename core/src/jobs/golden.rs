@@ -116,6 +116,7 @@ const PACKAGE_JOB: &str = r#"
       },
       "spec": {
         "activeDeadlineSeconds": 3600,
+        "automountServiceAccountToken": false,
         "containers": [
           {
             "args": [
@@ -141,7 +142,7 @@ const PACKAGE_JOB: &str = r#"
           {
             "args": [
               "-c",
-              "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"
+              "mkdir -p \"/root/${SKYHOOK_DIR}\" && cp -rf /skyhook-package/* \"/root/${SKYHOOK_DIR}\""
             ],
             "command": [
               "/bin/sh"
@@ -360,6 +361,7 @@ const INTERRUPT_JOB: &str = r#"
         }
       },
       "spec": {
+        "automountServiceAccountToken": false,
         "containers": [
           {
             "args": [

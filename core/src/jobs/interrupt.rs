@@ -205,6 +205,8 @@ pub fn build_interrupt_job(input: &InterruptJobInput<'_>) -> Result<Job, JobBuil
         volumes: Some(vec![pod::root_volume()]),
         tolerations: Some(pod::tolerations(nodewright, config)),
         image_pull_secrets: pod::image_pull_secrets(config),
+        // No API token on a privileged host pod (see the package Job).
+        automount_service_account_token: Some(false),
         ..PodSpec::default()
     };
 

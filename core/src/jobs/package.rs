@@ -101,9 +101,11 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
         // ConfigMap volumes hold symlinks (`..data`, each key), which a plain `cp -r` refuses to
         // overwrite ("File exists"), failing every config/post-interrupt stage on a real kubelet
         // (upstream's `cp -r` has the same flaw). Symlinks stay symlinks (root_dir may need them).
+        // The directory is quoted: it is built from the NodeWright, package and version names, and
+        // unquoted, a character the shell splits on would copy somewhere else on the host.
         args: Some(vec![
             "-c".to_owned(),
-            "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"
+            "mkdir -p \"/root/${SKYHOOK_DIR}\" && cp -rf /skyhook-package/* \"/root/${SKYHOOK_DIR}\""
                 .to_owned(),
         ]),
         env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
@@ -166,6 +168,9 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
         tolerations: Some(pod::tolerations(nodewright, config)),
         image_pull_secrets: pod::image_pull_secrets(config),
         termination_grace_period_seconds: grace,
+        // A package runs as root on the host; it has no business with the Kubernetes API, and a
+        // token mounted here would be readable by every package (DESIGN: safe by default).
+        automount_service_account_token: Some(false),
         ..PodSpec::default()
     };
 
@@ -586,7 +591,7 @@ mod tests {
             copy.args,
             Some(vec![
                 "-c".to_owned(),
-                "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"
+                "mkdir -p \"/root/${SKYHOOK_DIR}\" && cp -rf /skyhook-package/* \"/root/${SKYHOOK_DIR}\""
                     .to_owned()
             ])
         );
@@ -668,6 +673,21 @@ mod tests {
             value: Some(value.into()),
             value_from: None,
         }
+    }
+
+    #[test]
+    fn package_pods_mount_no_api_token_and_quote_the_copy_directory() {
+        let job = build(&package(), Stage::Apply).expect("job builds");
+        let spec = pod_spec(&job);
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let args = spec.init_containers.unwrap_or_default()[0]
+            .args
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            args.iter().any(|a| a.contains("\"/root/${SKYHOOK_DIR}\"")),
+            "{args:?}"
+        );
     }
 
     #[test]
