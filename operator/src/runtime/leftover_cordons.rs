@@ -7,7 +7,9 @@
 //! During each leadership term this task looks at every node as it changes, and at all of them
 //! once a minute (a NodeWright deleted without its finalizer changes no node): a claim whose
 //! NodeWright is not in the store is confirmed gone with a GET (the store only holds the NodeWrights
-//! this replica reconciles), then released under the same rule as any release
+//! this replica reconciles) and, if the NodeWright is still absent [`GRACE`] later (a migration
+//! writes node records moments before it creates their NodeWright), released under the same rule
+//! as any release
 //! ([`nodewright_core::node::cordon::release`]: the node is uncordoned unless it was cordoned before the
 //! first claim), with a Warning Event on the node.
 
@@ -33,7 +35,15 @@ use nodewright_core::node::edit::NodeEdit;
 pub const LEFTOVER_CORDON_RELEASED: &str = "LeftoverCordonReleased";
 
 /// How often every cached node is looked at, whether it changed or not.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long a claim's NodeWright must stay absent before the claim is released: `kubectl
+/// nodewright migrate-from-skyhook` copies the node records (claims included) just before it
+/// creates the NodeWrights they belong to.
+const GRACE: Duration = Duration::from_secs(30);
+
+/// When each (node, NodeWright) claim was first found without its NodeWright.
+type FirstSeen = std::collections::HashMap<(String, String), tokio::time::Instant>;
 
 /// Releases leftover claims until the term ends.
 pub async fn run(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>) {
@@ -45,6 +55,7 @@ pub async fn run(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>) {
         }
         let mut node_changes = std::pin::pin!(changes(node_changes));
         let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        let mut first_seen = FirstSeen::new();
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let nodes: Vec<Arc<Node>> = tokio::select! {
@@ -60,7 +71,7 @@ pub async fn run(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>) {
                 if ctx.term.is_cancelled() {
                     return;
                 }
-                release_leftovers(&ctx, &node).await;
+                release_leftovers(&ctx, &node, &mut first_seen).await;
             }
         }
     }
@@ -91,12 +102,14 @@ fn note(gone: &[String], still_held: bool, stays: bool) -> String {
 }
 
 /// Releases the claims on `node` of NodeWrights that do not exist (confirmed by the API server).
-async fn release_leftovers(ctx: &Context, node: &Node) {
+async fn release_leftovers(ctx: &Context, node: &Node, first_seen: &mut FirstSeen) {
     let suspects = suspects(node, |name| {
         ctx.nodewrights
             .get(&ObjectRef::<NodeWright>::new(name))
             .is_some()
     });
+    let node_name = node.name_any();
+    first_seen.retain(|(n, nw), _| *n != node_name || suspects.contains(nw));
     if suspects.is_empty() {
         return;
     }
@@ -104,8 +117,17 @@ async fn release_leftovers(ctx: &Context, node: &Node) {
     let mut gone = Vec::new();
     for name in suspects {
         match api.get_opt(&name).await {
-            Ok(None) => gone.push(name),
-            Ok(Some(_)) => {}
+            Ok(None) => {
+                let since = *first_seen
+                    .entry((node_name.clone(), name.clone()))
+                    .or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= GRACE {
+                    gone.push(name);
+                }
+            }
+            Ok(Some(_)) => {
+                first_seen.remove(&(node_name.clone(), name));
+            }
             Err(error) => {
                 warn!(nodewright = %name, %error, "could not tell whether a cordon's NodeWright exists");
                 return;
@@ -120,9 +142,12 @@ async fn release_leftovers(ctx: &Context, node: &Node) {
     cordon::release(&mut edit, node, &released);
     let still_held = cordon::claimants(node).any(|n| !released.contains(&n));
     let stays = !still_held && cordon::cordoned_before(node);
-    let name = node.name_any();
+    let name = node_name;
     match ctx.writer.apply_node_edit(node, &edit).await {
         Ok(_) => {
+            for nw in &gone {
+                first_seen.remove(&(name.clone(), nw.clone()));
+            }
             info!(node = %name, nodewrights = ?gone, "released leftover cordon claims");
             ctx.events
                 .warn_on_node(
