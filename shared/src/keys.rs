@@ -34,6 +34,10 @@ pub const NODE_LABEL: &str = "nodewright.nvidia.com/node";
 pub const INTERRUPT_LABEL: &str = "nodewright.nvidia.com/interrupt";
 /// Job/Pod annotation: JSON describing the package and stage (upstream's pod annotation).
 pub const PACKAGE_ANNOTATION: &str = "nodewright.nvidia.com/package";
+/// Job annotation: the hash of what a package Job's pods run (its images, env, resources and package
+/// ConfigMap), set by the builder; an unfinished Job whose hash differs from the spec's is stale
+/// (DESIGN §4.4).
+pub const TEMPLATE_HASH_ANNOTATION: &str = "nodewright.nvidia.com/template-hash";
 /// Job annotation: the outcome of this finished Job is recorded in node state; only now may it be
 /// deleted (DESIGN §4.4).
 pub const STATE_RECORDED_ANNOTATION: &str = "nodewright.nvidia.com/state-recorded";

@@ -18,7 +18,7 @@ use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use serde_json::Value;
 use tracing::warn;
 
-use crate::rules::ClusterView;
+use crate::rules::cluster::ClusterView;
 
 /// The webhook's cluster view, backed by two reflector stores.
 #[derive(Clone)]

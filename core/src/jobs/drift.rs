@@ -24,9 +24,6 @@ use crate::jobs::pod::{agent_image, package_image_ref};
 use crate::jobs::{JobBuildError, JobConfig};
 use crate::naming::hex;
 
-/// Job annotation holding [`package_template_hash`] of the package the Job was built from.
-pub const TEMPLATE_HASH_ANNOTATION: &str = "nodewright.nvidia.com/template-hash";
-
 /// Bumped whenever the hashed inputs change meaning, so old and new hashes never compare equal by
 /// accident.
 const HASH_SCHEMA: u32 = 1;
@@ -97,6 +94,7 @@ mod tests {
     use crate::jobs::{PackageJobInput, build_package_job};
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use nodewright_shared::keys::TEMPLATE_HASH_ANNOTATION;
     use nodewright_shared::node_state::Stage;
 
     fn hash(package: &Package, config: &JobConfig) -> String {

@@ -80,7 +80,7 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
 
     let job_annotations = BTreeMap::from([
         (keys::PACKAGE_ANNOTATION.to_owned(), annotation.clone()),
-        (drift::TEMPLATE_HASH_ANNOTATION.to_owned(), template_hash),
+        (keys::TEMPLATE_HASH_ANNOTATION.to_owned(), template_hash),
     ]);
     let pod_annotations = BTreeMap::from([(keys::PACKAGE_ANNOTATION.to_owned(), annotation)]);
 
@@ -420,7 +420,7 @@ mod tests {
                 r#"{"name":"dax","version":"1.2.3","nodewright":"gpu","stage":"config","image":"ghcr.io/nvidia/dax"}"#
             )
         );
-        assert!(annotations.contains_key(drift::TEMPLATE_HASH_ANNOTATION));
+        assert!(annotations.contains_key(keys::TEMPLATE_HASH_ANNOTATION));
         assert_eq!(annotations.len(), 2);
         assert_eq!(
             meta.owner_references,

@@ -20,10 +20,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::{NamespaceResourceScope, Resource as _};
-use nodewright_shared::keys;
+use nodewright_shared::keys::{self, TEMPLATE_HASH_ANNOTATION};
 use serde::Deserialize;
-
-use crate::jobs::drift::TEMPLATE_HASH_ANNOTATION;
 
 /// The label Kubernetes puts on a Job's pods: the Job's uid.
 pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -226,15 +226,20 @@ impl StageMetrics {
     }
 
     /// A Complete Job the rollout pass recorded with the node's next stage ([`crate::rollout`]'s
-    /// absorb path) was just marked: observed from the Job and pod stores.
-    pub fn absorbed(&self, ctx: &crate::context::Context, job: &str) {
-        let key = ObjectRef::<StoredJob>::new(job).within(&ctx.config.jobs.namespace);
-        let Some(stored) = ctx.jobs.get(&key) else {
+    /// absorb path) was just marked: observed from the Job and pod stores (`job` in `namespace`).
+    pub fn absorbed(
+        &self,
+        jobs: &Store<StoredJob>,
+        pods: &Store<StoredPod>,
+        namespace: &str,
+        job: &str,
+    ) {
+        let key = ObjectRef::<StoredJob>::new(job).within(namespace);
+        let Some(stored) = jobs.get(&key) else {
             return;
         };
         let uid = stored.metadata.uid.as_deref();
-        let pods: Vec<StoredPod> = ctx
-            .pods
+        let pods: Vec<StoredPod> = pods
             .state()
             .iter()
             .filter(|p| uid.is_some() && p.job_uid.as_deref() == uid)

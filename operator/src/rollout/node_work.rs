@@ -201,7 +201,9 @@ pub async fn mark_absorbed(ctx: &Context, absorbed: &[String]) -> Result<(), Rec
                 ctx.config.jobs.defaults.ttl_succeeded_seconds(),
             )
             .await?;
-        ctx.metrics.stages().absorbed(ctx, job);
+        ctx.metrics
+            .stages()
+            .absorbed(&ctx.jobs, &ctx.pods, &ctx.config.jobs.namespace, job);
         debug!(%job, "outcome recorded with the node's next stage");
     }
     Ok(())

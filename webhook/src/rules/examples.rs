@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 
+use super::findings::Verdict;
 use super::testing::Cluster;
-use super::{Restrictions, Verdict, validate_deployment_policy, validate_nodewright};
+use super::{Restrictions, validate_deployment_policy, validate_nodewright};
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")

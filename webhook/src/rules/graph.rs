@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use nodewright_shared::api::Package;
 
-use super::{Findings, Path, child};
+use super::findings::{Findings, Path, child};
 
 /// At most this many cycles are spelled out; the rest are summarised in one more message.
 const MAX_CYCLES: usize = 10;
@@ -164,7 +164,7 @@ fn report_cycles(names: &[&str], edges: &[Vec<usize>], f: &mut Findings) {
             format!(
                 "dependency cycle: {} more package(s) are in dependency cycles not listed here: {}; remove dependsOn entries until no package (indirectly) depends on itself",
                 left_out.len(),
-                super::short_list(&left_out, MAX_CYCLES)
+                super::findings::short_list(&left_out, MAX_CYCLES)
             ),
         );
     }

@@ -5,8 +5,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodewright_shared::api::{MAX_DEPENDS_ON, MAX_PACKAGES, NodeWright};
 use nodewright_shared::keys::MAX_NODEWRIGHT_NAME_LEN;
 
+use super::cluster::ClusterView;
+use super::findings::{FieldError, Findings, child};
 use super::selector::selector_errors;
-use super::{ClusterView, FieldError, Findings, child, graph, package};
+use super::{graph, package};
 
 /// The CRD's size bounds (`maxProperties` of `spec.packages` and of every `dependsOn`), as findings:
 /// the object can never be stored, so nothing else about it is worth checking (or defaulting). Work

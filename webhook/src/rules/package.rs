@@ -10,8 +10,9 @@ use nodewright_shared::duration::GoDuration;
 use nodewright_shared::glob;
 use regex::Regex;
 
+use super::findings::{Findings, Path, short_list};
 use super::labels::{joined_label_value_is_valid, label_value_errors};
-use super::{Findings, Path, image, resources, semver, short_list};
+use super::{image, resources, semver};
 
 /// The package-name pattern, compiled once. Compiling a constant cannot fail at runtime in a way
 /// input could influence; a test pins that it compiles.

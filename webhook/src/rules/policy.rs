@@ -10,8 +10,9 @@ use nodewright_shared::api::{
     BatchParameters, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy, DeploymentStrategy,
 };
 
+use super::cluster::ClusterView;
+use super::findings::{Findings, child, item, short_list};
 use super::selector::selector_errors;
-use super::{ClusterView, Findings, child, item, short_list};
 
 /// The longest compartment name (it is a status map key; the CRD allows 63).
 const MAX_COMPARTMENT_NAME_LEN: usize = 63;

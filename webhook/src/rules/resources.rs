@@ -8,8 +8,8 @@
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodewright_shared::api::PackageResources;
 
+use super::findings::{Findings, Path};
 use super::quantity::Amount;
-use super::{Findings, Path};
 
 /// One of the four fields, parsed.
 struct Field<'a> {

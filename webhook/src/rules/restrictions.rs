@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use nodewright_shared::api::{NodeWright, Package};
 use nodewright_shared::glob;
 
-use super::{Findings, Path, item, short_list};
+use super::findings::{Findings, Path, item, short_list};
 
 /// Keys of the taint kubeadm and most distributions put on control-plane nodes: the current one
 /// and the one used before Kubernetes 1.24, which older clusters still carry.
@@ -217,7 +217,7 @@ mod tests {
         }
     }
 
-    fn verdict(nw: &NodeWright, r: &Restrictions) -> super::super::Verdict {
+    fn verdict(nw: &NodeWright, r: &Restrictions) -> super::super::findings::Verdict {
         let mut f = Findings::default();
         check(nw, r, &mut f);
         f.finish()

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package};
 
-use super::ClusterView;
+use super::cluster::ClusterView;
 
 /// Policies by name, and which NodeWrights use each.
 #[derive(Debug, Default)]

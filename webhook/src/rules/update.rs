@@ -9,8 +9,9 @@
 
 use nodewright_shared::api::{NodeWright, Package};
 
+use super::findings::{Findings, Path, short_list};
 use super::package::semver_text;
-use super::{Findings, Path, semver, short_list};
+use super::semver;
 
 /// Checks `new` against the stored `old`.
 pub fn check(old: &NodeWright, new: &NodeWright, f: &mut Findings) {
@@ -116,8 +117,9 @@ fn cancel(key: &str, was: &Package, now: &Package, f: &mut Findings) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::findings::Verdict;
     use super::super::testing::{Cluster, nodewright, package};
-    use super::super::{Verdict, validate_nodewright};
+    use super::super::validate_nodewright;
     use nodewright_shared::api::{NodeWrightStatus, Uninstall};
     use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
 
