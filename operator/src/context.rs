@@ -84,7 +84,7 @@ pub struct Context {
     /// Every other write of this term goes through it (refused once the term ended).
     pub writer: crate::writes::Writer,
     /// NodeWright gauges and reconcile counters (unregistered handles when nobody scrapes them).
-    pub metrics: crate::metrics::state::StateMetrics,
+    pub metrics: crate::metrics::nodewright_gauges::StateMetrics,
 }
 
 impl Context {
@@ -177,7 +177,7 @@ impl Context {
                 term.clone(),
             ),
             writer: crate::writes::Writer::new(client, &config.jobs.namespace, term),
-            metrics: crate::metrics::state::StateMetrics::default(),
+            metrics: crate::metrics::nodewright_gauges::StateMetrics::default(),
             config: Arc::new(config),
         }
     }

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::context::{Context, RunOptions};
 use crate::metrics::LeaderMetrics;
-use crate::metrics::state::StateMetrics;
+use crate::metrics::nodewright_gauges::StateMetrics;
 use crate::runtime::config::OperatorConfig;
 use crate::runtime::job_feed::job_feed;
 use crate::runtime::leader::{Elector, LeaderError, LeaderHandle};

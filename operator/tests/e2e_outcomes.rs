@@ -32,7 +32,7 @@ use nodewright_e2e::PodFate;
 mod support;
 use nodewright_operator::JobHook;
 use nodewright_operator::metrics::Metrics;
-use nodewright_operator::metrics::state::StateMetrics;
+use nodewright_operator::metrics::nodewright_gauges::StateMetrics;
 use nodewright_operator::runtime::admin::{Readiness, bind, router, serve};
 use nodewright_shared::api::{
     DeploymentPolicy, DeploymentPolicyOptions, NodeWright, NodeWrightSpec, Status,

@@ -48,7 +48,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::{Cluster, PodFate};
 use nodewright_operator::JobHook;
 use nodewright_operator::metrics::Metrics;
-use nodewright_operator::metrics::state::StateMetrics;
+use nodewright_operator::metrics::nodewright_gauges::StateMetrics;
 use nodewright_operator::runtime::admin::{Readiness, bind, router, serve};
 use nodewright_shared::api::{
     BatchState, DEFAULT_COMPARTMENT, DeploymentPolicy, DeploymentPolicyOptions, NodeWright,

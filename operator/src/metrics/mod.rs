@@ -1,20 +1,20 @@
 //! The operator's Prometheus registry (metric names `nodewright_*`, DESIGN §10, and the standard
 //! `process_*`). Built mutable at startup so each reconciler registers its own metrics, then shared
 //! read-only with the admin server that encodes it on every scrape. The NodeWright gauges and
-//! reconcile counters live in [`crate::metrics::state`], the per-stage metrics in
-//! [`crate::metrics::stages`]. [`catalogue`] names the labels of every family, for the generated
+//! reconcile counters live in [`crate::metrics::nodewright_gauges`], the per-stage metrics in
+//! [`crate::metrics::stage_jobs`]. [`catalogue`] names the labels of every family, for the generated
 //! metrics reference (docs/reference/metrics.md).
 
 pub mod api;
-pub mod stages;
-pub mod state;
+pub mod nodewright_gauges;
+pub mod stage_jobs;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::metrics::api::ApiMetrics;
-use crate::metrics::state::StateMetrics;
+use crate::metrics::nodewright_gauges::StateMetrics;
 
 /// The metrics of the leader election, updated by [`crate::runtime::leader::Elector::with_metrics`].
 #[derive(Debug, Clone, Default)]
@@ -70,7 +70,7 @@ impl Metrics {
         }
     }
 
-    /// Handles on the NodeWright gauges and reconcile counters ([`crate::metrics::state`]).
+    /// Handles on the NodeWright gauges and reconcile counters ([`crate::metrics::nodewright_gauges`]).
     pub fn state(&self) -> StateMetrics {
         self.state.clone()
     }
@@ -136,9 +136,9 @@ impl Metrics {
         let state = metrics.state();
         state.report(
             "example",
-            state::samples(&nodewright, &status, &Default::default()),
+            nodewright_gauges::samples(&nodewright, &status, &Default::default()),
         );
-        state.count_reconcile("nodewright", state::Outcome::Success);
+        state.count_reconcile("nodewright", nodewright_gauges::Outcome::Success);
         let annotation = nodewright_core::jobs::PackageAnnotation {
             name: "example".into(),
             version: "1.0.0".into(),
@@ -169,7 +169,7 @@ impl Metrics {
         let stored = nodewright_core::jobs::stored::StoredJob::of(&job);
         state
             .stages()
-            .finished(&stored, &[], stages::StageResult::TimedOut);
+            .finished(&stored, &[], stage_jobs::StageResult::TimedOut);
         if let Ok(request) = http::Request::get("/api/v1/nodes").body(()) {
             metrics.api().observe(&request);
         }
@@ -200,7 +200,7 @@ pub fn catalogue() -> Vec<(String, Vec<&'static str>)> {
         ),
         ("nodewright_reconcile".into(), vec!["controller", "result"]),
     ];
-    for gauge in state::Gauges::all() {
+    for gauge in nodewright_gauges::Gauges::all() {
         out.push((
             format!("nodewright_{}", gauge.name()),
             gauge.label_names().to_vec(),

@@ -39,8 +39,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::metrics::stages::StageResult;
-use crate::metrics::state::Outcome;
+use crate::metrics::nodewright_gauges::Outcome;
+use crate::metrics::stage_jobs::StageResult;
 use crate::writes::{Unchanged, WriteError};
 
 /// How long a Job may sit at `FailureTarget` before it is looked at again.

@@ -38,7 +38,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
-use crate::metrics::state::{self as state_metrics, Outcome};
+use crate::metrics::nodewright_gauges::{self as state_metrics, Outcome};
 
 /// Requeue while work is in flight: a safety net, progress is driven by watch events.
 const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);

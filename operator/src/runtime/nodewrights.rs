@@ -95,7 +95,8 @@ mod tests {
         for name in ["a", "b", "c"] {
             let nw = stored_nodewright(name);
             feed.apply_watcher_event(&watcher::Event::Apply(nw.clone()));
-            let samples = crate::metrics::state::samples(&nw, &status, &Default::default());
+            let samples =
+                crate::metrics::nodewright_gauges::samples(&nw, &status, &Default::default());
             ctx.metrics.report(name, samples);
             ctx.writer
                 .replace_nodewright_status(&nw, &status)

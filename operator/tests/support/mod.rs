@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
-use nodewright_operator::metrics::state::StateMetrics;
+use nodewright_operator::metrics::nodewright_gauges::StateMetrics;
 use nodewright_operator::runtime::config::OperatorConfig;
 use nodewright_operator::{JobHook, RunOptions};
 use nodewright_shared::api::{Interrupt, InterruptType, NodeWright, NodeWrightSpec, Status};

@@ -28,7 +28,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::stages::StageMetrics;
+use crate::metrics::stage_jobs::StageMetrics;
 
 /// Label pairs of one series.
 pub type Labels = Vec<(String, String)>;
@@ -398,7 +398,7 @@ impl StateMetrics {
         metrics
     }
 
-    /// The per-stage durations, attempts, timeouts and Job creations ([`crate::metrics::stages`]).
+    /// The per-stage durations, attempts, timeouts and Job creations ([`crate::metrics::stage_jobs`]).
     pub fn stages(&self) -> &StageMetrics {
         &self.stages
     }

@@ -15,7 +15,7 @@
 //! path) or by the outcome controller after `ABSORB_GRACE`; both call [`StageMetrics::finished`]
 //! once the Job is marked recorded, and a recorded Job is never recorded again, so each finished
 //! stage is observed once. All series of a NodeWright are removed with its gauges when it is
-//! deleted ([`crate::metrics::state::StateMetrics::forget`]).
+//! deleted ([`crate::metrics::nodewright_gauges::StateMetrics::forget`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
