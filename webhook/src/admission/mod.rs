@@ -23,9 +23,9 @@ use nodewright_shared::defaults::{
 use nodewright_shared::keys::GROUP;
 use serde::de::DeserializeOwned;
 
-use crate::rules::{self, Restrictions};
 use crate::rules::cluster::ClusterView;
 use crate::rules::findings::Verdict;
+use crate::rules::{self, Restrictions};
 
 /// The four admission endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
