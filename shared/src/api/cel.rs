@@ -28,7 +28,7 @@
 
 use serde_json::{Value, json};
 
-use super::package::PACKAGE_NAME_PATTERN;
+use super::package::{PACKAGE_NAME_PATTERN, PACKAGE_VERSION_PATTERN};
 
 /// A CEL expression that binds to `var` the smallest element of the list of strings `offenders`
 /// and evaluates to `message` (which may use `var`). `var` must not be used by the enclosing
@@ -93,6 +93,17 @@ pub(crate) fn depends_on_rules() -> Value {
             "d",
             "'dependsOn.' + d + ': the version of \"' + d + '\" is empty: write the exact version of ' + d + ' this package needs'"
         )
+    }])
+}
+
+/// The `x-kubernetes-validations` of `spec.packages.<key>.version`: the webhook's shape
+/// ([`PACKAGE_VERSION_PATTERN`], not ending in `-`), so that with the webhook down and
+/// `failurePolicy: Ignore` no version with a space, `/` or `..` reaches host paths and labels. The
+/// apiserver's field path (`spec.packages[<key>].version`) names the package.
+pub(crate) fn version_rules() -> Value {
+    json!([{
+        "rule": format!("self.matches({}) && !self.endsWith('-')", lit(PACKAGE_VERSION_PATTERN)),
+        "message": "version must be a semantic version such as 1.2.3 or 1.2.3-rc.1 (MAJOR[.MINOR[.PATCH]] with an optional -PRERELEASE, no +BUILD): it is also the image tag and part of host paths and labels"
     }])
 }
 

@@ -13,8 +13,8 @@ pub use nodewright::{
     NodeWrightSpec, Sequencing,
 };
 pub use package::{
-    GO_DURATION_PATTERN, Interrupt, InterruptType, MAX_DEPENDS_ON, PACKAGE_NAME_PATTERN, Package,
-    PackageResources, Uninstall,
+    GO_DURATION_PATTERN, Interrupt, InterruptType, MAX_DEPENDS_ON, PACKAGE_NAME_PATTERN,
+    PACKAGE_VERSION_PATTERN, Package, PackageResources, Uninstall,
 };
 pub use policy::{
     BatchParameters, Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy,

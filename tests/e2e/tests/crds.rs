@@ -409,3 +409,47 @@ async fn cel_rejections_name_the_offending_package_key_and_dependency() {
         "{what}: no cost-limit error expected: {message}"
     );
 }
+
+/// A package version is part of host paths and label values: the CRD refuses an odd one itself
+/// (issue 22 item 6), so a webhook that is down under `failurePolicy: Ignore` lets none through.
+#[tokio::test]
+async fn the_crd_refuses_a_version_the_webhook_would_refuse() {
+    let cluster = cluster().await;
+    let api = api(
+        cluster.client().await.expect("client"),
+        "NodeWright",
+        "nodewrights",
+    );
+    for bad in [
+        "1.0 .0",
+        "1.0.0/..",
+        "../../etc",
+        "1..0",
+        "1.0.0+build",
+        "1.0.0-",
+    ] {
+        let what = format!("version {bad:?}");
+        let message = rejection(&api, &what, json!({"tools": pkg(bad)})).await;
+        assert_names(
+            &message,
+            &what,
+            &[
+                "spec.packages[tools].version",
+                "version must be a semantic version such as 1.2.3",
+            ],
+        );
+    }
+    // The shapes the webhook accepts are accepted here too.
+    for (i, good) in ["1", "v1.2", "1.2.3-rc.1"].into_iter().enumerate() {
+        let name = format!("e2e-version-{i}-{}", std::process::id());
+        api.create(
+            &PostParams::default(),
+            &nodewright(&name, json!({"tools": pkg(good)})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("version {good:?} must be accepted: {e}"));
+        api.delete(&name, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+    }
+}

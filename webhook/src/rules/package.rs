@@ -224,6 +224,65 @@ mod tests {
         );
     }
 
+    /// The CRD's version rule (CEL, checked by the apiserver even when this webhook is not asked)
+    /// accepts exactly the versions these rules accept, for a short key.
+    #[test]
+    fn the_crds_version_rule_is_this_check() {
+        let pattern =
+            regex::Regex::new(nodewright_shared::api::PACKAGE_VERSION_PATTERN).expect("compiles");
+        let crd = |v: &str| pattern.is_match(v) && !v.ends_with('-');
+        let versions = [
+            "1",
+            "1.2",
+            "1.2.3",
+            "v1",
+            "v1.2",
+            "v1.2.3",
+            "0.0.0",
+            "10.20.30",
+            "1.2.3-rc.1",
+            "1.2.3-0",
+            "1.2.3-alpha-1",
+            "1.2.3-x.7.z.92",
+            "1.2.3-0a",
+            "v2.0.0-rc-1",
+            "1.2.3-a-",
+            "",
+            "v",
+            "01",
+            "1.02",
+            "1.2.03",
+            "1.2.3-01",
+            "1.2-rc",
+            "1-rc",
+            "1.2.3+build",
+            "1.2.3-rc+b",
+            "1.2.3.4",
+            "1..2",
+            "1.2.",
+            ".1",
+            "1 2",
+            "1.2.3 ",
+            "1.2/3",
+            "../1",
+            "1.2.3-rc..1",
+            "1.2.3-",
+            "1.2.3-_x",
+            "V1.2.3",
+            "1.2.3-ä",
+            "vv1",
+            "1.2.3-rc/1",
+        ];
+        for v in versions {
+            let p = Package {
+                version: v.to_owned(),
+                ..base()
+            };
+            let webhook = !lines("tools", &p).iter().any(|l| l.contains(".version:"));
+            assert_eq!(crd(v), webhook, "{v:?}: CRD {} webhook {}", crd(v), webhook);
+        }
+    }
+
     #[test]
     fn the_name_pattern_compiles() {
         assert!(PACKAGE_NAME.is_ok());
