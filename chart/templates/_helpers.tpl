@@ -97,6 +97,42 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+The agent image (AGENT_IMAGE): operator.agentImage when set, else operator.agent.image. The built-in
+digest belongs to one image; refused with any other, so changing the tag alone cannot pin a
+different image to the wrong digest (the pull would fail on every node).
+*/}}
+{{- define "nodewright.agentImage" -}}
+{{- if .Values.operator.agentImage -}}
+{{- .Values.operator.agentImage -}}
+{{- else -}}
+{{- $i := .Values.operator.agent.image -}}
+{{- $pinned := "sha256:dedf73c19455444e2663671368eaf3fcd657ea1417f0d8738c6133ed738b9c52" -}}
+{{- if and (eq $i.digest $pinned) (or (ne $i.repository "nvcr.io/nvidia/skyhook/agent") (ne (toString $i.tag) "v6.4.1")) -}}
+{{- fail (printf "operator.agent.image: digest %s is the one of nvcr.io/nvidia/skyhook/agent:v6.4.1, not of %s:%s; set operator.agent.image.digest to the digest of that image, or to \"\" to run it by tag" $pinned $i.repository (toString $i.tag)) -}}
+{{- end -}}
+{{- if not (or $i.tag $i.digest) -}}
+{{- fail "operator.agent.image: set a tag (the agent version) or a digest" -}}
+{{- end -}}
+{{- if and $i.tag $i.digest -}}
+{{- printf "%s:%s@%s" $i.repository (toString $i.tag) $i.digest -}}
+{{- else if $i.digest -}}
+{{- printf "%s@%s" $i.repository $i.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $i.repository (toString $i.tag) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount of package and interrupt pods (PACKAGE_SERVICE_ACCOUNT); empty = default. */}}
+{{- define "nodewright.packageServiceAccount" -}}
+{{- if .Values.operator.packageServiceAccount.create -}}
+{{ include "nodewright.fullname" . }}-packages
+{{- else -}}
+{{- .Values.operator.packageServiceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The host of webhook.url (for the serving certificate's names). */}}
 {{- define "nodewright.urlHost" -}}
 {{- if .Values.webhook.url -}}

@@ -13,8 +13,11 @@ pub const DEFAULT_COPY_DIR_ROOT: &str = "/var/lib/skyhook";
 pub const DEFAULT_AGENT_LOG_ROOT: &str = "/var/log/skyhook";
 /// The main container image of every operator pod.
 pub const DEFAULT_PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
-/// The agent image running the stage, check and interrupt containers.
-pub const DEFAULT_AGENT_IMAGE: &str = "ghcr.io/nvidia/skyhook/agent:latest";
+/// The agent image running the stage, check and interrupt containers: upstream's agent release
+/// v6.4.1, pinned by digest (the one upstream's chart pins). A tag can move; a digest cannot, so a
+/// moved tag never runs new code as root on every node, and every node of a rollout runs the same
+/// agent. The chart sets the same reference (`operator.agent.image`).
+pub const DEFAULT_AGENT_IMAGE: &str = "nvcr.io/nvidia/skyhook/agent:v6.4.1@sha256:dedf73c19455444e2663671368eaf3fcd657ea1417f0d8738c6133ed738b9c52";
 /// Upstream's pull policy of the package and agent containers: a moved tag is always re-pulled.
 pub const DEFAULT_PACKAGE_IMAGE_PULL_POLICY: &str = "Always";
 
@@ -37,6 +40,11 @@ pub struct JobConfig {
     pub agent_log_root: String,
     /// `IMAGE_PULL_SECRET`: the one `imagePullSecrets` entry of every pod, when set.
     pub image_pull_secret: Option<String>,
+    /// `PACKAGE_SERVICE_ACCOUNT`: the ServiceAccount of every package and interrupt pod, when set.
+    /// The chart creates one bound to no role, so a package that finds a way to a token still holds
+    /// no rights; unset, the pods run as the namespace's `default` ServiceAccount (no token is
+    /// mounted either way).
+    pub service_account: Option<String>,
     /// `PACKAGE_IMAGE_PULL_POLICY`: `imagePullPolicy` of the package and agent containers
     /// (`Always`, as upstream; `IfNotPresent` or `Never` for nodes whose images are preloaded,
     /// such as air-gapped fleets, where an `Always` pull can only fail).

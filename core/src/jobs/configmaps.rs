@@ -50,16 +50,13 @@ pub fn wanted_package_configmaps(
         .collect()
 }
 
-/// `packages.json` of the node-metadata ConfigMap (agent contract): the agent version (text after the
-/// last `:` of the agent image, upstream's rule) and every package's identity and interrupts.
+/// `packages.json` of the node-metadata ConfigMap (agent contract): the agent version
+/// ([`agent_version`]) and every package's identity and interrupts.
 pub fn packages_json(
     nodewright: &NodeWright,
     agent_image: &str,
 ) -> Result<String, serde_json::Error> {
-    let agent_version = agent_image
-        .rsplit_once(':')
-        .map(|(_, t)| t)
-        .unwrap_or_default();
+    let agent_version = agent_version(agent_image);
     let mut packages = Map::new();
     for (key, p) in &nodewright.spec.packages {
         let mut entry = Map::new();
@@ -81,6 +78,22 @@ pub fn packages_json(
         packages.insert(key.clone(), Value::Object(entry));
     }
     serde_json::to_string(&json!({"agentVersion": agent_version, "packages": packages}))
+}
+
+/// The agent version recorded in `packages.json`: the image's tag (upstream records the text after
+/// the last `:`, which for an image pinned by digest, `agent:v6.4.1@sha256:…`, is the digest's hex,
+/// not a version). Without a tag, the digest (`sha256:…`) is the only true name of what runs; a `:`
+/// before the last `/` is a registry port, not a tag.
+pub fn agent_version(agent_image: &str) -> &str {
+    let (name, digest) = match agent_image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (agent_image, None),
+    };
+    let last = name.rsplit('/').next().unwrap_or(name);
+    match last.rsplit_once(':') {
+        Some((_, tag)) if !tag.is_empty() => tag,
+        _ => digest.unwrap_or_default(),
+    }
 }
 
 /// The package ConfigMap `cm_name` of `package` at `version` with `data` (labelled with the
@@ -203,6 +216,27 @@ pub fn node_metadata_configmap(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn agent_version_is_the_tag_even_when_a_digest_pins_the_image() {
+        for (image, version) in [
+            (crate::jobs::DEFAULT_AGENT_IMAGE, "v6.4.1"),
+            ("ghcr.io/nvidia/skyhook/agent:6.2.0", "6.2.0"),
+            ("registry:5000/agent:7", "7"),
+            ("registry:5000/agent@sha256:abc", "sha256:abc"),
+            ("agent@sha256:abc", "sha256:abc"),
+            ("registry:5000/agent", ""),
+        ] {
+            assert_eq!(agent_version(image), version, "{image}");
+        }
+        let json = packages_json(
+            &crate::jobs::test_support::nodewright(),
+            crate::jobs::DEFAULT_AGENT_IMAGE,
+        )
+        .expect("packages.json");
+        let value: serde_json::Value = serde_json::from_str(&json).expect("json");
+        assert_eq!(value["agentVersion"], "v6.4.1");
+    }
 
     #[test]
     fn node_metadata_leaves_out_only_the_per_stage_bookkeeping() {

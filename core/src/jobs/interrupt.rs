@@ -207,6 +207,7 @@ pub fn build_interrupt_job(input: &InterruptJobInput<'_>) -> Result<Job, JobBuil
         image_pull_secrets: pod::image_pull_secrets(config),
         // No API token on a privileged host pod (see the package Job).
         automount_service_account_token: Some(false),
+        service_account_name: pod::service_account(config),
         ..PodSpec::default()
     };
 
@@ -572,6 +573,37 @@ mod tests {
             ),
             "{err:?}"
         );
+    }
+
+    /// The configured rightless ServiceAccount runs the interrupt pod; without one, the namespace's
+    /// default does (and no token is mounted either way).
+    #[test]
+    fn interrupt_pods_run_as_the_configured_service_account() {
+        let nw = nodewright();
+        let interrupt = service(&["containerd"]);
+        let account = |service_account: Option<&str>| {
+            let cfg = JobConfig {
+                service_account: service_account.map(str::to_owned),
+                ..config()
+            };
+            let job = build_interrupt_job(&InterruptJobInput {
+                nodewright: &nw,
+                owner_key: "dax",
+                owner: &package(),
+                interrupt: &interrupt,
+                stage: Stage::Interrupt,
+                node: "node-1.example",
+                node_order: 5,
+                config: &cfg,
+            })
+            .expect("job builds");
+            let spec = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
+            assert_eq!(spec.automount_service_account_token, Some(false));
+            spec.service_account_name
+        };
+        assert_eq!(account(Some("nw-packages")).as_deref(), Some("nw-packages"));
+        assert_eq!(account(None), None);
+        assert_eq!(account(Some("")), None);
     }
 
     #[test]

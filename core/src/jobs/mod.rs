@@ -87,6 +87,7 @@ pub(crate) mod test_support {
             copy_dir_root: super::DEFAULT_COPY_DIR_ROOT.into(),
             agent_log_root: super::DEFAULT_AGENT_LOG_ROOT.into(),
             image_pull_secret: None,
+            service_account: None,
             image_pull_policy: super::DEFAULT_PACKAGE_IMAGE_PULL_POLICY.into(),
             runtime_required_taint: RuntimeTaint {
                 key: "nodewright.nvidia.com".into(),

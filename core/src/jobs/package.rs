@@ -171,6 +171,7 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
         // A package runs as root on the host; it has no business with the Kubernetes API, and a
         // token mounted here would be readable by every package (DESIGN: safe by default).
         automount_service_account_token: Some(false),
+        service_account_name: pod::service_account(config),
         ..PodSpec::default()
     };
 
@@ -673,6 +674,38 @@ mod tests {
             value: Some(value.into()),
             value_from: None,
         }
+    }
+
+    /// Every stage's pod runs as the configured rightless ServiceAccount.
+    #[test]
+    fn package_pods_run_as_the_configured_service_account() {
+        let nw = nodewright();
+        let cfg = JobConfig {
+            service_account: Some("nw-packages".into()),
+            ..config()
+        };
+        for stage in [Stage::Apply, Stage::Config, Stage::Uninstall] {
+            let job = build_package_job(&PackageJobInput {
+                nodewright: &nw,
+                package_key: "dax",
+                package: &package(),
+                stage,
+                node: "n",
+                node_order: 0,
+                config: &cfg,
+            })
+            .expect("job builds");
+            let spec = pod_spec(&job);
+            assert_eq!(
+                spec.service_account_name.as_deref(),
+                Some("nw-packages"),
+                "{stage:?}"
+            );
+        }
+        assert_eq!(
+            pod_spec(&build(&package(), Stage::Apply).expect("job builds")).service_account_name,
+            None
+        );
     }
 
     #[test]

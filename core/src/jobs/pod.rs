@@ -248,6 +248,11 @@ pub fn tolerations(nodewright: &NodeWright, config: &JobConfig) -> Vec<Toleratio
     tolerations
 }
 
+/// `serviceAccountName`: the configured rightless ServiceAccount, when there is one.
+pub fn service_account(config: &JobConfig) -> Option<String> {
+    config.service_account.clone().filter(|s| !s.is_empty())
+}
+
 /// `imagePullSecrets`: the configured secret, when there is one.
 pub fn image_pull_secrets(config: &JobConfig) -> Option<Vec<LocalObjectReference>> {
     config

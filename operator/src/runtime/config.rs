@@ -33,6 +33,8 @@ pub const ENV_COPY_DIR_ROOT: &str = "COPY_DIR_ROOT";
 pub const ENV_AGENT_LOG_ROOT: &str = "AGENT_LOG_ROOT";
 /// Optional `imagePullSecrets` entry of every pod.
 pub const ENV_IMAGE_PULL_SECRET: &str = "IMAGE_PULL_SECRET";
+/// Optional ServiceAccount of every package and interrupt pod (the chart's rightless one).
+pub const ENV_PACKAGE_SERVICE_ACCOUNT: &str = "PACKAGE_SERVICE_ACCOUNT";
 /// `imagePullPolicy` of the package and agent containers.
 pub const ENV_PACKAGE_IMAGE_PULL_POLICY: &str = "PACKAGE_IMAGE_PULL_POLICY";
 /// The taint every operator pod tolerates.
@@ -197,18 +199,18 @@ impl OperatorConfig {
             or(ENV_AGENT_LOG_ROOT, DEFAULT_AGENT_LOG_ROOT),
             |v| absolute_path_rule(v, DEFAULT_AGENT_LOG_ROOT),
         );
-        let image_pull_secret = match get(ENV_IMAGE_PULL_SECRET) {
-            None => Some(None),
-            Some(v) => p
-                .check(ENV_IMAGE_PULL_SECRET, v, |v| {
-                    is_dns_subdomain(v).then_some(()).ok_or_else(|| {
-                        "unset, or a Secret name: a DNS-1123 subdomain (at most 253 of a-z, 0-9, \
-                         '-', '.'), e.g. \"registry-credentials\""
-                            .to_owned()
-                    })
-                })
-                .map(Some),
-        };
+        let image_pull_secret = p.optional_name(
+            ENV_IMAGE_PULL_SECRET,
+            get(ENV_IMAGE_PULL_SECRET),
+            "a Secret name",
+            "registry-credentials",
+        );
+        let service_account = p.optional_name(
+            ENV_PACKAGE_SERVICE_ACCOUNT,
+            get(ENV_PACKAGE_SERVICE_ACCOUNT),
+            "a ServiceAccount name",
+            "nodewright-packages",
+        );
         let image_pull_policy = p.check(
             ENV_PACKAGE_IMAGE_PULL_POLICY,
             or(
@@ -377,6 +379,7 @@ impl OperatorConfig {
             copy_dir_root,
             agent_log_root,
             image_pull_secret,
+            service_account,
             image_pull_policy,
             runtime_required_taint,
             default_interval,
@@ -399,6 +402,7 @@ impl OperatorConfig {
                 Some(copy_dir_root),
                 Some(agent_log_root),
                 Some(image_pull_secret),
+                Some(service_account),
                 Some(image_pull_policy),
                 Some(runtime_required_taint),
                 Some(default_interval),
@@ -426,6 +430,7 @@ impl OperatorConfig {
                     copy_dir_root,
                     agent_log_root,
                     image_pull_secret,
+                    service_account,
                     image_pull_policy,
                     runtime_required_taint,
                     defaults,
@@ -460,6 +465,29 @@ impl Problems {
     }
 
     /// Keeps `value` when `rule` accepts it; otherwise records what the rule says is accepted.
+    /// An optional object name (unset = `None`): a DNS-1123 subdomain, as Secret and ServiceAccount
+    /// names are. `Some(None)` when unset, `None` (a problem recorded) when invalid.
+    fn optional_name(
+        &mut self,
+        var: &'static str,
+        value: Option<String>,
+        what: &str,
+        example: &str,
+    ) -> Option<Option<String>> {
+        let Some(value) = value else {
+            return Some(None);
+        };
+        self.check(var, value, |v| {
+            is_dns_subdomain(v).then_some(()).ok_or_else(|| {
+                format!(
+                    "unset, or {what}: a DNS-1123 subdomain (at most 253 of a-z, 0-9, '-', '.'), \
+                     e.g. {example:?}"
+                )
+            })
+        })
+        .map(Some)
+    }
+
     fn check(
         &mut self,
         var: &'static str,
@@ -660,11 +688,16 @@ mod tests {
     fn unset_environment_gives_documented_defaults() {
         let c = env(&[]).expect("defaults");
         assert_eq!(c.jobs.namespace, "nodewright");
-        assert_eq!(c.jobs.agent_image, "ghcr.io/nvidia/skyhook/agent:latest");
+        assert_eq!(
+            c.jobs.agent_image,
+            "nvcr.io/nvidia/skyhook/agent:v6.4.1@sha256:dedf73c19455444e2663671368eaf3fcd657ea1417f0d8738c6133ed738b9c52",
+            "upstream's agent release, pinned by digest"
+        );
         assert_eq!(c.jobs.pause_image, "registry.k8s.io/pause:3.10");
         assert_eq!(c.jobs.copy_dir_root, "/var/lib/skyhook");
         assert_eq!(c.jobs.agent_log_root, "/var/log/skyhook");
         assert_eq!(c.jobs.image_pull_secret, None);
+        assert_eq!(c.jobs.service_account, None);
         assert_eq!(
             c.jobs.runtime_required_taint.to_string(),
             "nodewright.nvidia.com=runtime-required:NoSchedule"
@@ -697,6 +730,7 @@ mod tests {
             ("NAMESPACE", "ops"),
             ("AGENT_IMAGE", "example.com/agent:6.2.0"),
             ("IMAGE_PULL_SECRET", "pull"),
+            ("PACKAGE_SERVICE_ACCOUNT", "nw-packages"),
             ("JOB_BACKOFF_LIMIT", "5"),
         ])
         .expect("valid");
@@ -707,6 +741,7 @@ mod tests {
         assert_eq!(j.copy_dir_root, DEFAULT_COPY_DIR_ROOT);
         assert_eq!(j.agent_log_root, DEFAULT_AGENT_LOG_ROOT);
         assert_eq!(j.image_pull_secret.as_deref(), Some("pull"));
+        assert_eq!(j.service_account.as_deref(), Some("nw-packages"));
         assert_eq!(
             j.runtime_required_taint.to_string(),
             DEFAULT_RUNTIME_REQUIRED_TAINT
@@ -802,6 +837,28 @@ mod tests {
                 problem("IMAGE_PULL_SECRET", bad)
                     .accepted
                     .contains("DNS-1123 subdomain")
+            );
+        }
+    }
+
+    #[test]
+    fn package_service_account() {
+        assert_eq!(
+            accepts("PACKAGE_SERVICE_ACCOUNT", "").jobs.service_account,
+            None
+        );
+        assert_eq!(
+            accepts("PACKAGE_SERVICE_ACCOUNT", " nw-packages ")
+                .jobs
+                .service_account
+                .as_deref(),
+            Some("nw-packages")
+        );
+        for bad in ["Packages", "pkg_sa", "-x", "a..b"] {
+            let accepted = problem("PACKAGE_SERVICE_ACCOUNT", bad).accepted;
+            assert!(
+                accepted.contains("DNS-1123 subdomain") && accepted.contains("ServiceAccount"),
+                "{accepted}"
             );
         }
     }

@@ -316,7 +316,7 @@ async fn install_admit_upgrade_uninstall() {
     let op_sa = "nw-nodewright-operator";
     let wh_sa = "nw-nodewright-webhook";
     let config_name = format!("{ns}.nw-nodewright-webhook");
-    let checks: Vec<(&str, Vec<String>, bool)> = vec![
+    let mut checks: Vec<(&str, Vec<String>, bool)> = vec![
         (op_sa, vec!["patch".into(), "nodes".into()], true),
         (
             op_sa,
@@ -523,6 +523,26 @@ async fn install_admit_upgrade_uninstall() {
             false,
         ),
     ];
+    // The package pods' ServiceAccount: it exists and holds no right at all.
+    let pkg_sa = "nw-nodewright-packages";
+    assert!(
+        exists(&cluster, "serviceaccount", Some(&ns), pkg_sa).await,
+        "the chart creates the package pods' ServiceAccount"
+    );
+    for args in [
+        vec!["get", "pods"],
+        vec!["get", "configmaps"],
+        vec!["get", "secrets"],
+        vec!["create", "jobs.batch"],
+        vec!["get", "nodes"],
+        vec!["patch", "nodes"],
+        vec!["get", "nodewrights.nodewright.nvidia.com"],
+        vec!["create", "tokenreviews.authentication.k8s.io"],
+    ] {
+        let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        args.extend(["-n".to_owned(), ns.clone()]);
+        checks.push((pkg_sa, args, false));
+    }
     let mut wrong = Vec::new();
     for (sa, args, expected) in &checks {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -733,6 +753,30 @@ async fn install_admit_upgrade_uninstall() {
                 "{package} 1.0.0 complete on the node: {text}"
             );
         }
+    }
+    // Every package pod ran as the chart's rightless ServiceAccount, with no token mounted (the
+    // ServiceAccount admission plugin refuses a pod naming an account that does not exist, so the
+    // rollout above completing is the account existing too).
+    let accounts = cluster
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            &ns,
+            "-l",
+            "nodewright.nvidia.com/name=chart-valid",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.serviceAccountName} {.spec.automountServiceAccountToken}{\"\\n\"}{end}",
+        ])
+        .await
+        .expect("package pods");
+    let accounts: Vec<&str> = accounts.lines().filter(|l| !l.is_empty()).collect();
+    assert!(!accounts.is_empty(), "the rollout left its package pods");
+    for account in &accounts {
+        assert_eq!(
+            *account, "nw-nodewright-packages false",
+            "every package pod runs as the rightless account without a token: {accounts:?}"
+        );
     }
     // Metrics authentication, as the chart configures both services (METRICS_AUTH and
     // WEBHOOK_METRICS_AUTH from its env, the review permissions from its RBAC, on their own

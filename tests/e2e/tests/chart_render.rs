@@ -731,6 +731,100 @@ fn hpa_and_limit_range_options() {
     );
 }
 
+/// Package and interrupt pods run upstream's agent release pinned by digest (the operator's own
+/// default, so a run without the chart runs the same agent) as a ServiceAccount bound to nothing
+/// (issue 22, items 5 and 6); another tag runs unpinned only when the digest is cleared too.
+#[test]
+fn package_pods_get_a_pinned_agent_and_a_rightless_account() {
+    let docs = default_render();
+    let op = container(find(&docs, "Deployment", &format!("{FULL}-operator")));
+    assert_eq!(
+        env_value(op, "AGENT_IMAGE").as_deref(),
+        Some(nodewright_core::jobs::DEFAULT_AGENT_IMAGE)
+    );
+    assert!(
+        nodewright_core::jobs::DEFAULT_AGENT_IMAGE.contains("@sha256:"),
+        "pinned by digest"
+    );
+    let account = format!("{FULL}-packages");
+    assert_eq!(
+        env_value(op, "PACKAGE_SERVICE_ACCOUNT").as_deref(),
+        Some(account.as_str())
+    );
+    let sa = find(&docs, "ServiceAccount", &account);
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    for kind in ["RoleBinding", "ClusterRoleBinding"] {
+        for binding in of_kind(&docs, kind) {
+            let subjects = binding["subjects"].as_array().cloned().unwrap_or_default();
+            assert!(
+                !subjects.iter().any(|s| s["name"] == account.as_str()),
+                "{kind} {} binds the package pods' account: it must hold no rights",
+                binding["metadata"]["name"]
+            );
+        }
+    }
+
+    let render_with = |args: &[&str]| render(REL, NS, args).expect("renders");
+    let agent = |docs: &[Value]| {
+        env_value(
+            container(find(docs, "Deployment", &format!("{FULL}-operator"))),
+            "AGENT_IMAGE",
+        )
+    };
+    assert_eq!(
+        agent(&render_with(&[
+            "--set",
+            "operator.agent.image.tag=v7",
+            "--set",
+            "operator.agent.image.digest="
+        ]))
+        .as_deref(),
+        Some("nvcr.io/nvidia/skyhook/agent:v7")
+    );
+    assert_eq!(
+        agent(&render_with(&[
+            "--set",
+            "operator.agent.image.repository=mirror.example/agent",
+            "--set",
+            "operator.agent.image.tag=",
+            "--set",
+            &format!("operator.agent.image.digest=sha256:{}", "a".repeat(64))
+        ]))
+        .as_deref(),
+        Some(format!("mirror.example/agent@sha256:{}", "a".repeat(64)).as_str())
+    );
+    assert_eq!(
+        agent(&render_with(&[
+            "--set",
+            "operator.agentImage=mirror.example/agent:dev"
+        ]))
+        .as_deref(),
+        Some("mirror.example/agent:dev"),
+        "a full reference replaces operator.agent.image"
+    );
+
+    // Not created: an existing account by name, or none (the namespace's default).
+    let docs = render_with(&[
+        "--set",
+        "operator.packageServiceAccount.create=false",
+        "--set",
+        "operator.packageServiceAccount.name=team-packages",
+    ]);
+    let op = container(find(&docs, "Deployment", &format!("{FULL}-operator")));
+    assert_eq!(
+        env_value(op, "PACKAGE_SERVICE_ACCOUNT").as_deref(),
+        Some("team-packages")
+    );
+    assert!(
+        !of_kind(&docs, "ServiceAccount")
+            .iter()
+            .any(|s| s["metadata"]["name"] == account.as_str())
+    );
+    let docs = render_with(&["--set", "operator.packageServiceAccount.create=false"]);
+    let op = container(find(&docs, "Deployment", &format!("{FULL}-operator")));
+    assert_eq!(env_value(op, "PACKAGE_SERVICE_ACCOUNT"), None);
+}
+
 #[test]
 fn bad_values_are_refused_naming_the_value() {
     let cases: &[(&[&str], &str)] = &[
@@ -743,6 +837,17 @@ fn bad_values_are_refused_naming_the_value() {
         (&["webhook.url=http://insecure.example.com"], "url"),
         (&["operator.replica=3"], "replica"),
         (&["operator.image.digest=sha256:nope"], "digest"),
+        (&["operator.agent.image.digest=sha256:nope"], "digest"),
+        // Another agent tag under the built-in digest would pin nothing that exists.
+        (
+            &["operator.agent.image.tag=v7"],
+            "operator.agent.image.digest",
+        ),
+        (
+            &["operator.agent.image.tag=", "operator.agent.image.digest="],
+            "operator.agent.image",
+        ),
+        (&["operator.packageServiceAccount.name=Bad_Name"], "name"),
         (&["webhook.maxBodyBytes=10"], "maxBodyBytes"),
         (&["operator.copyDirRoot=relative/path"], "copyDirRoot"),
         (
