@@ -180,6 +180,30 @@ async fn kubectl_apply_is_defaulted_and_validated_by_the_webhook() {
         log()
     );
 
+    // Two missing dependencies are both named: the mutating webhook refuses with the full list
+    // before the CRD's CEL rule, which names one offender, is evaluated.
+    let two_missing = "apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: two-missing
+spec:
+  packages:
+    app:
+      version: 1.0.0
+      image: ghcr.io/example/app
+      dependsOn:
+        alpha: 1.0.0
+        zeta: 2.0.0
+";
+    let (admitted, out) = apply(&cluster, two_missing).await;
+    assert!(
+        !admitted
+            && out.contains("spec.packages.app.dependsOn.alpha")
+            && out.contains("spec.packages.app.dependsOn.zeta"),
+        "both missing dependencies named: {out}\nwebhook log:\n{}",
+        log()
+    );
+
     // A policy still in use cannot be deleted; once unused it can.
     let err = cluster
         .kubectl(&["delete", "nwdp", "gpu-rollout"])

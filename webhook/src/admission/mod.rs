@@ -289,9 +289,9 @@ fn decide<T: Resource, K: Admitted>(
     context: &Context<'_>,
 ) -> (AdmissionResponse, Outcome) {
     let Context {
-        defaults,
         restrictions,
         cluster,
+        ..
     } = *context;
     if request.kind.group != GROUP || request.kind.kind != webhook.kind() {
         return deny(
@@ -316,7 +316,7 @@ fn decide<T: Resource, K: Admitted>(
             Webhook::MutateNodeWright | Webhook::MutateDeploymentPolicy => match object {
                 Ok(object) => match object.oversized() {
                     Some(why) => deny(request, why),
-                    None => mutate(request, object, defaults),
+                    None => mutate(request, object, objects.old_object.as_ref(), context),
                 },
                 // Not decodable: the apiserver's schema validation, which runs next, reports it
                 // precisely.
@@ -343,12 +343,23 @@ fn decide<T: Resource, K: Admitted>(
 
 /// Applies the shared defaulting function to the typed object and answers with JSON Patch `add`
 /// operations for exactly what it filled, so nothing the user wrote is rewritten.
+///
+/// An object the validating endpoint would refuse is refused here already, with the same full,
+/// sorted list of errors: the apiserver runs mutating webhooks before the CRD's schema and CEL
+/// rules, and CEL names only one offender per rule (a NodeWright with two missing dependencies
+/// would otherwise be refused naming the first). CEL stays the safety net for when the webhook is
+/// not asked. The defaulted object is the one checked, as the validating endpoint sees it.
 fn mutate<T: Resource, K: Admitted>(
     request: &AdmissionRequest<T>,
     mut object: K,
-    defaults: &OperatorDefaults,
+    old: Option<&K>,
+    context: &Context<'_>,
 ) -> (AdmissionResponse, Outcome) {
-    let filled = object.fill_defaults(defaults);
+    let filled = object.fill_defaults(context.defaults);
+    let verdict = object.validate(old, context.cluster, context.restrictions);
+    if !verdict.is_allowed() {
+        return deny(request, verdict.message());
+    }
     if filled.is_empty() {
         return (AdmissionResponse::from(request), Outcome::Allowed);
     }
@@ -494,6 +505,57 @@ mod tests {
             }
         }
         out
+    }
+
+    /// The mutating endpoint refuses what the validating one refuses, with the same full, sorted
+    /// list (CEL, which the apiserver runs between the two, would name one missing dependency), and
+    /// still defaults a valid object.
+    #[test]
+    fn mutation_refuses_an_invalid_object_with_every_error() {
+        let nodewright = |depends_on: Value| {
+            json!({
+                "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "NodeWright",
+                "metadata": {"name": "x"},
+                "spec": {"packages": {"app": {
+                    "version": "1.0.0", "image": "ghcr.io/example/app", "dependsOn": depends_on
+                }}}
+            })
+        };
+        let ask = |webhook: Webhook, object: &Value| {
+            let body = envelope(webhook, "CREATE", object, &Value::Null);
+            review(webhook, &body, &OperatorDefaults::default(), &cluster())
+        };
+        let bad = nodewright(json!({"zeta": "1.0.0", "alpha": "2.0.0"}));
+        let mutated = ask(Webhook::MutateNodeWright, &bad);
+        let validated = ask(Webhook::ValidateNodeWright, &bad);
+        assert_eq!(mutated.outcome, Outcome::Denied);
+        let message = |a: &Answer| {
+            a.review
+                .response
+                .as_ref()
+                .map(|r| r.result.message.clone())
+                .unwrap_or_default()
+        };
+        let text = message(&mutated);
+        assert_eq!(
+            text,
+            message(&validated),
+            "the same refusal at both endpoints"
+        );
+        let (alpha, zeta) = (
+            text.find("spec.packages.app.dependsOn.alpha"),
+            text.find("spec.packages.app.dependsOn.zeta"),
+        );
+        assert!(
+            alpha.is_some() && zeta.is_some() && alpha < zeta,
+            "both missing dependencies, sorted: {text}"
+        );
+
+        let good = nodewright(json!({}));
+        assert_eq!(
+            ask(Webhook::MutateNodeWright, &good).outcome,
+            Outcome::Patched
+        );
     }
 
     #[test]
