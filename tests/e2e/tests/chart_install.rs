@@ -240,9 +240,9 @@ async fn install_admit_upgrade_uninstall() {
             .expect("manifest"),
     );
     let objs = objects(&manifest);
-    // 25 objects, the viewer and editor ClusterRoles, and with metrics authentication two
-    // ClusterRoles and two ClusterRoleBindings.
-    assert_eq!(objs.len(), 31, "{objs:?}");
+    // 26 objects (the package pods' ServiceAccount among them), the viewer and editor
+    // ClusterRoles, and with metrics authentication two ClusterRoles and two ClusterRoleBindings.
+    assert_eq!(objs.len(), 32, "{objs:?}");
     for (kind, obj_ns, name) in &objs {
         assert!(
             exists(&cluster, kind, obj_ns.as_deref(), name).await,

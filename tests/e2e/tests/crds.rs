@@ -453,3 +453,45 @@ async fn the_crd_refuses_a_version_the_webhook_would_refuse() {
             .unwrap_or_else(|e| panic!("delete {name}: {e}"));
     }
 }
+
+/// The CRD is the safety net when the webhook is not asked (down, under `failurePolicy: Ignore`):
+/// every example of `examples/invalid` whose rule the CRD enforces is refused by the apiserver alone
+/// with the message its `expect-error` header names (with the webhook, its mutating endpoint answers
+/// first with the full list; `webhook/tests/e2e_admission.rs`).
+#[tokio::test]
+async fn every_crd_enforced_example_is_refused_without_the_webhook() {
+    let cluster = cluster().await;
+    let kubectl = Kubectl::new(cluster);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/invalid");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    paths.sort();
+    let header = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("# {name}: ")))
+            .map(str::to_owned)
+    };
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for path in &paths {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if header(&text, "enforced-by").as_deref() != Some("crd") {
+            continue;
+        }
+        let Some(expected) = header(&text, "expect-error") else {
+            failures.push(format!("{}: no expect-error", path.display()));
+            continue;
+        };
+        checked += 1;
+        match kubectl.run(&["apply", "-f", &path.to_string_lossy()]).await {
+            Ok(out) => failures.push(format!("{} was admitted: {out}", path.display())),
+            Err(e) if e.contains(&expected) => {}
+            Err(e) => failures.push(format!("{}: expected {expected:?} in: {e}", path.display())),
+        }
+    }
+    assert!(checked >= 12, "only {checked} CRD-enforced examples");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

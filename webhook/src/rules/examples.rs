@@ -1,6 +1,8 @@
 //! The shipped examples against the rules: every valid example is admitted, every example whose header
 //! says `enforced-by: webhook` is denied with its `expect-error` text, and every CRD-enforced example
-//! that still decodes is denied too (the webhook is the layer that reports everything).
+//! that still decodes is denied too (the webhook is the layer that reports everything), with its
+//! `expect-webhook-error` text when it has one (the CRD's own message is `expect-error`, which
+//! `tests/e2e/tests/crds.rs` checks on a real apiserver without the webhook).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -142,13 +144,27 @@ fn invalid_examples_are_denied_with_their_expected_error() {
             Some("crd") => {
                 // Some CRD-enforced examples cannot even be decoded into the typed structs (unknown
                 // enum values, missing required fields): the apiserver rejects those before us.
-                if let Ok(decoded) = decode(&text) {
-                    let v = validate(&decoded);
-                    if v.is_allowed() {
-                        failures.push(format!(
-                            "{name}: CRD-enforced, decodes, but the webhook admits it"
-                        ));
+                let expect_webhook = header(&text, "expect-webhook-error");
+                match decode(&text) {
+                    Ok(decoded) => {
+                        let v = validate(&decoded);
+                        if v.is_allowed() {
+                            failures.push(format!(
+                                "{name}: CRD-enforced, decodes, but the webhook admits it"
+                            ));
+                        } else if let Some(expect) = expect_webhook
+                            && !v.errors.iter().any(|e| e.to_string().contains(expect))
+                        {
+                            failures.push(format!(
+                                "{name}: no error contains {expect:?}; got:\n{}",
+                                v.message()
+                            ));
+                        }
                     }
+                    Err(e) if expect_webhook.is_some() => failures.push(format!(
+                        "{name}: has an expect-webhook-error but does not decode: {e}"
+                    )),
+                    Err(_) => {}
                 }
             }
             other => failures.push(format!("{name}: unexpected enforced-by {other:?}")),
