@@ -76,7 +76,7 @@ fn default_render_has_every_object_with_release_scoped_names() {
         ("RoleBinding", 2),
         ("Secret", 2),
         ("Service", 2),
-        ("ServiceAccount", 2),
+        ("ServiceAccount", 3),
         ("ValidatingWebhookConfiguration", 1),
     ]
     .into_iter()
@@ -267,6 +267,15 @@ fn deployments_match_the_binaries_env_ports_and_images() {
             c["image"].as_str().is_some_and(|i| i.ends_with(":0.1.0")),
             "appVersion tag"
         );
+        // Every base image is pinned by digest: a moved tag must not change what is built.
+        for from in text.lines().filter(|l| l.starts_with("FROM ")) {
+            let image = from.split_whitespace().nth(1).unwrap_or_default();
+            let digest = image.split_once("@sha256:").map(|(_, d)| d);
+            assert!(
+                digest.is_some_and(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit())),
+                "{dockerfile}: {from:?} is not pinned by digest"
+            );
+        }
     }
     // Probes hit the paths the binaries serve on the ports they listen on.
     assert_eq!(op["readinessProbe"]["httpGet"]["path"], "/readyz");
