@@ -119,6 +119,7 @@ async fn certificate_rotates_under_load_without_a_failed_request() {
         Limits {
             read_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
+            max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
         },
         stop_rx,
     ));
@@ -338,6 +339,7 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
         Limits {
             read_timeout,
             shutdown_grace: Duration::from_secs(1),
+            max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
         },
         stop_rx,
     ));

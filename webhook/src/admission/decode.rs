@@ -407,7 +407,11 @@ mod tests {
             let e = bounded(body).expect_err(needle);
             assert!(e.contains(needle), "{e}");
         }
-        let deep = format!("{{\"x\":{}{}}}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        let deep = format!(
+            "{{\"x\":{}{}}}",
+            "[".repeat(MAX_DEPTH),
+            "]".repeat(MAX_DEPTH)
+        );
         let e = bounded(deep.as_bytes()).expect_err("deep");
         assert!(e.contains("deeper than 120 levels"), "{e}");
         let ok = format!(
