@@ -767,3 +767,69 @@ async fn hostile_reviews_get_a_clear_answer_and_memory_stays_bounded() {
         hwm / 1024
     );
 }
+
+/// The chart's NetworkPolicy lets only the kube-apiserver reach the webhook's HTTPS port when it
+/// is rendered against the cluster (install, upgrade, `--dry-run=server`): the addresses of the
+/// `kubernetes` Service's EndpointSlice, each a single-address block. No client authenticates to
+/// an admission webhook, so this is what keeps pods from reaching it at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_apiserver_may_reach_the_webhook_port_when_the_chart_is_installed() {
+    let cluster = Cluster::start(ClusterOptions {
+        nodes: 0,
+        ..ClusterOptions::default()
+    })
+    .await
+    .expect("local control plane starts");
+    let slice = cluster
+        .kubectl(&[
+            "get",
+            "endpointslice",
+            "-n",
+            "default",
+            "kubernetes",
+            "-o",
+            "json",
+        ])
+        .await
+        .expect("the kubernetes EndpointSlice");
+    let slice: Value = serde_json::from_str(&slice).expect("json");
+    let expected: Vec<Value> = slice["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .map(|a| {
+            let bits = if a.contains(':') { 128 } else { 32 };
+            json!({"ipBlock": {"cidr": format!("{a}/{bits}")}})
+        })
+        .collect();
+    assert!(
+        !expected.is_empty(),
+        "the apiserver has no endpoints: {slice}"
+    );
+    let objects = nodewright_e2e::chart::render(
+        &cluster,
+        &[
+            "--dry-run=server",
+            "--set",
+            "networkPolicy.enabled=true",
+            // The harness installed the CRDs already; a server-side dry run would refuse to adopt them.
+            "--set",
+            "crds.install=false",
+        ],
+    )
+    .await
+    .expect("the chart renders against the cluster");
+    let policy = objects
+        .iter()
+        .find(|o| o["kind"] == "NetworkPolicy" && o["metadata"]["name"] == "nw-nodewright-webhook")
+        .expect("the webhook's NetworkPolicy");
+    let https = policy["spec"]["ingress"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["ports"][0]["port"] == "https")
+        .expect("the HTTPS rule");
+    assert_eq!(https["from"], Value::Array(expected), "{policy}");
+}
