@@ -13,7 +13,13 @@
 //!   of the apiserver are closed early (a request sent on one as it closes fails), or a silent
 //!   client holds a connection for minutes. The same phases apply to HTTP/2, where hyper has no
 //!   header or idle timeout at all (a request there is a stream; a connection is idle when it has
-//!   none open).
+//!   none open). Bytes on an idle HTTP/2 connection start the read timeout as a head would, so a
+//!   client that only pings an idle connection has it closed after the read timeout; the webhook
+//!   sends no pings of its own (the apiserver calls webhooks over HTTP/1.1).
+//!
+//! The eviction can pick a connection in the instant between its request head arriving and the
+//! request being marked started; that request then fails. Only a full table under a flood of new
+//! connections does this, and the flood would otherwise be refused outright.
 //! - **A cap**: at most `max` connections. At the cap a new connection takes the slot of the
 //!   oldest one that never completed a request (the apiserver sends its request as soon as a
 //!   connection is up, so a fresh connection that lingers is not the apiserver's), else of the one
