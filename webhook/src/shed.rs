@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use axum::body::HttpBody;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -76,11 +77,17 @@ fn overloaded(what: &str) -> Response {
 
 /// The middleware: takes the request's share of both limits or answers 503.
 pub async fn shed(State(limits): State<InFlight>, request: Request, next: Next) -> Response {
+    // The declared length, or the body's own exact size (hyper knows it from the framing).
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok());
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .or_else(|| {
+            HttpBody::size_hint(request.body())
+                .exact()
+                .and_then(|n| usize::try_from(n).ok())
+        });
     let Ok(_request) = limits.requests.clone().try_acquire_owned() else {
         limits.shed.inc();
         debug!("shed a request: too many in flight");
