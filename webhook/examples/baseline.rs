@@ -61,6 +61,7 @@ async fn main() -> Result<(), String> {
     let limits = Limits {
         read_timeout: config.request_timeout,
         shutdown_grace: config.shutdown_grace,
+        max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let server = tokio::spawn(serve_tls(listener, tls_config, app, limits, stop_rx));

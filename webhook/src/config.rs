@@ -55,8 +55,28 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value = "8388608")]
     pub max_body_bytes: String,
 
-    /// Time allowed for the TLS handshake, for reading a request's headers and for answering it
-    /// (Go duration). An idle keep-alive connection is kept longer (`server::KEEP_ALIVE_IDLE`).
+    /// Connections open at once (from 1 to 65536). At the cap a new connection takes the slot of
+    /// the oldest one that never sent a request, else of the one idle longest; it is refused only
+    /// when every connection is in a request.
+    #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value = "512")]
+    pub max_connections: String,
+
+    /// Admission requests answered at once (from 1 to 65536); more are answered 503 with
+    /// `Retry-After: 1` at once instead of waiting.
+    #[arg(long, env = "WEBHOOK_MAX_IN_FLIGHT", default_value = "64")]
+    pub max_in_flight: String,
+
+    /// Total declared size, in bytes, of the request bodies over 256 KiB (or of unknown length,
+    /// counted at the body limit) answered at once; more are answered 503. At least
+    /// --max-body-bytes, at most 1073741824 (1 GiB); empty means 33554432 (32 MiB) or
+    /// --max-body-bytes if larger.
+    #[arg(long, env = "WEBHOOK_MAX_IN_FLIGHT_BYTES", default_value = "")]
+    pub max_in_flight_bytes: String,
+
+    /// Time allowed for the TLS handshake, for a request's head (a new connection's first one
+    /// from the handshake, a later one from its first byte) and for answering it (Go duration).
+    /// An idle keep-alive connection may wait longer for its next request
+    /// (`server::KEEP_ALIVE_IDLE`).
     #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT", default_value = "10s")]
     pub request_timeout: String,
 
@@ -186,6 +206,12 @@ pub struct Config {
     pub tls_reload_interval: Duration,
     /// Body limit.
     pub max_body_bytes: usize,
+    /// Connection cap.
+    pub max_connections: usize,
+    /// Admission requests answered at once.
+    pub max_in_flight: usize,
+    /// Declared bytes of large bodies answered at once.
+    pub max_in_flight_bytes: usize,
     /// Header-read and request timeout.
     pub request_timeout: Duration,
     /// Drain time after SIGTERM.
@@ -329,6 +355,55 @@ impl Args {
                 None
             }
         };
+        let mut count = |flag: &str,
+                         env: &str,
+                         value: &str,
+                         range: std::ops::RangeInclusive<usize>,
+                         default: usize| {
+            match value.trim().parse::<usize>() {
+                Ok(n) if range.contains(&n) => n,
+                _ => {
+                    problems.push(format!(
+                        "--{flag} ({env})={value:?} must be a whole number from {} to {} (default {default})",
+                        range.start(),
+                        range.end()
+                    ));
+                    default
+                }
+            }
+        };
+        let max_connections = count(
+            "max-connections",
+            "WEBHOOK_MAX_CONNECTIONS",
+            &self.max_connections,
+            1..=65_536,
+            crate::server::DEFAULT_MAX_CONNECTIONS,
+        );
+        let max_in_flight = count(
+            "max-in-flight",
+            "WEBHOOK_MAX_IN_FLIGHT",
+            &self.max_in_flight,
+            1..=65_536,
+            crate::routes::DEFAULT_MAX_IN_FLIGHT,
+        );
+        let max_in_flight_bytes = if self.max_in_flight_bytes.trim().is_empty() {
+            crate::routes::DEFAULT_MAX_IN_FLIGHT_BYTES.max(max_body_bytes.unwrap_or(0))
+        } else {
+            count(
+                "max-in-flight-bytes",
+                "WEBHOOK_MAX_IN_FLIGHT_BYTES",
+                &self.max_in_flight_bytes,
+                MIN_BODY_BYTES..=1 << 30,
+                crate::routes::DEFAULT_MAX_IN_FLIGHT_BYTES,
+            )
+        };
+        if let Some(body) = max_body_bytes
+            && max_in_flight_bytes < body
+        {
+            problems.push(format!(
+                "--max-in-flight-bytes (WEBHOOK_MAX_IN_FLIGHT_BYTES)={max_in_flight_bytes} is below --max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={body}: a body at the limit would always be refused; raise it to at least {body}"
+            ));
+        }
         let mut boolean = |flag: &str, env: &str, value: &str| match parse_bool(value) {
             Some(b) => Some(b),
             None => {
@@ -424,6 +499,9 @@ impl Args {
                 cert_source,
                 tls_reload_interval,
                 max_body_bytes,
+                max_connections,
+                max_in_flight,
+                max_in_flight_bytes,
                 request_timeout,
                 shutdown_grace,
                 shutdown_delay,
@@ -650,9 +728,67 @@ mod tests {
     }
 
     #[test]
+    fn load_limits_are_read_and_checked_naming_their_variables() {
+        let base = ["--tls-cert-file", "/c", "--tls-key-file", "/k"];
+        let check = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            args(&all).validate_with(Ok(OperatorDefaults::default()))
+        };
+        let cfg = check(&[]).expect("defaults");
+        assert_eq!(
+            (
+                cfg.max_connections,
+                cfg.max_in_flight,
+                cfg.max_in_flight_bytes
+            ),
+            (512, 64, 32 << 20)
+        );
+        let cfg = check(&["--max-body-bytes", "67108864"]).expect("large body limit");
+        assert_eq!(cfg.max_in_flight_bytes, 64 << 20, "raised to one body");
+        let cfg = check(&[
+            "--max-connections",
+            "8",
+            "--max-in-flight",
+            "2",
+            "--max-in-flight-bytes",
+            "16777216",
+        ])
+        .expect("set");
+        assert_eq!(
+            (
+                cfg.max_connections,
+                cfg.max_in_flight,
+                cfg.max_in_flight_bytes
+            ),
+            (8, 2, 16 << 20)
+        );
+        for (flag, value, needle) in [
+            (
+                "--max-connections",
+                "0",
+                "--max-connections (WEBHOOK_MAX_CONNECTIONS)=\"0\" must be a whole number from 1",
+            ),
+            (
+                "--max-in-flight",
+                "many",
+                "--max-in-flight (WEBHOOK_MAX_IN_FLIGHT)=\"many\"",
+            ),
+            (
+                "--max-in-flight-bytes",
+                "1048576",
+                "--max-in-flight-bytes (WEBHOOK_MAX_IN_FLIGHT_BYTES)=1048576 is below --max-body-bytes (WEBHOOK_MAX_BODY_BYTES)=8388608",
+            ),
+        ] {
+            let err = check(&[flag, value]).expect_err(value);
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+    }
+
+    #[test]
     fn every_flag_has_its_variable() {
         let vars = env_vars();
-        assert_eq!(vars.len(), 16, "{vars:?}");
+        assert_eq!(vars.len(), 19, "{vars:?}");
         assert!(
             vars.iter()
                 .all(|v| v.starts_with("WEBHOOK_") || v.starts_with("LOG_"))

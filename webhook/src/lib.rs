@@ -2,14 +2,17 @@
 //! DeploymentPolicy objects for the kube-apiserver, over TLS with hot-reloaded certificates.
 //!
 //! Layout: [`config`] (flags), [`tls`] (certificate store and reload), [`server`] (HTTPS serving and
-//! drain), [`routes`] (endpoints and probes), [`admission`] (AdmissionReview handling), [`rules`]
+//! drain), [`connections`] (connection cap and read deadlines), [`routes`] (endpoints and probes),
+//! [`shed`] (in-flight limits), [`admission`] (AdmissionReview handling), [`rules`]
 //! (the validation rules, pure), [`cache`] (watch-backed cluster view), [`metrics`].
 
 pub mod admission;
 pub mod cache;
 pub mod config;
+pub mod connections;
 pub mod metrics;
 pub mod routes;
 pub mod rules;
 pub mod server;
+pub mod shed;
 pub mod tls;

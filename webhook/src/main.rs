@@ -8,8 +8,9 @@ use clap::Parser;
 use nodewright_webhook::cache::ClusterCache;
 use nodewright_webhook::config::{Args, CertSource, Config, LogFormat};
 use nodewright_webhook::metrics::Metrics;
-use nodewright_webhook::routes::{AppState, Readiness, metrics_router_with_auth, router};
-use nodewright_webhook::server::{Limits, serve_tls, stopped};
+use nodewright_webhook::routes::{AppState, Readiness, metrics_router_with_auth, router_with};
+use nodewright_webhook::server::{Limits, serve_tls_counted, stopped};
+use nodewright_webhook::shed::{InFlight, InFlightLimits};
 use nodewright_webhook::tls::{self, CertStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -148,17 +149,48 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     info!(listen = %config.listen, metrics = %config.metrics_listen, "serving");
 
     let mut metrics_stop = stop_rx.clone();
+    let served_metrics = metrics.clone();
     let metrics_server = tokio::spawn(async move {
-        axum::serve(metrics_listener, metrics_router_with_auth(metrics, auth))
-            .with_graceful_shutdown(async move { stopped(&mut metrics_stop).await })
-            .await
+        axum::serve(
+            metrics_listener,
+            metrics_router_with_auth(served_metrics, auth),
+        )
+        .with_graceful_shutdown(async move { stopped(&mut metrics_stop).await })
+        .await
     });
-    let app = router(state, config.max_body_bytes, config.request_timeout);
+    let in_flight = InFlight::new(
+        InFlightLimits {
+            max_requests: config.max_in_flight,
+            max_large_bytes: config.max_in_flight_bytes,
+            max_body_bytes: config.max_body_bytes,
+        },
+        metrics.shed_requests(),
+    );
+    let app = router_with(
+        state,
+        config.max_body_bytes,
+        config.request_timeout,
+        in_flight,
+    );
     let limits = Limits {
         read_timeout: config.request_timeout,
         shutdown_grace: config.shutdown_grace,
+        max_connections: config.max_connections,
     };
-    let server = tokio::spawn(serve_tls(listener, tls_config, app, limits, stop_rx));
+    info!(
+        max_connections = config.max_connections,
+        max_in_flight = config.max_in_flight,
+        max_in_flight_bytes = config.max_in_flight_bytes,
+        "load limits"
+    );
+    let server = tokio::spawn(serve_tls_counted(
+        listener,
+        tls_config,
+        app,
+        limits,
+        metrics.shed_connections(),
+        stop_rx,
+    ));
 
     shutdown_signal().await;
     // Not ready from now on, but still accepting for the shutdown delay: the apiserver routes

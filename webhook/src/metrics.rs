@@ -27,6 +27,14 @@ pub struct WebhookLabel {
     pub webhook: &'static str,
 }
 
+/// Label of the shed count.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShedLabel {
+    /// `connection` (refused at the connection cap, or evicted for a newer one) or `request`
+    /// (answered 503 over the in-flight limits).
+    pub what: &'static str,
+}
+
 type HistogramFamily = Family<WebhookLabel, Histogram, fn() -> Histogram>;
 
 /// All webhook metrics and their registry.
@@ -41,6 +49,8 @@ pub struct Metrics {
     /// `nodewright_webhook_certificate_expiry_timestamp_seconds`: notAfter of the served
     /// certificate (the expiry alert fires when it nears `time()`).
     pub certificate_expiry: Gauge,
+    /// `nodewright_webhook_shed_total`: connections and requests turned away under load.
+    pub shed: Family<ShedLabel, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -79,12 +89,19 @@ impl Metrics {
             "When the served certificate expires (notAfter), in seconds since the Unix epoch",
             certificate_expiry.clone(),
         );
+        let shed = Family::<ShedLabel, Counter>::default();
+        registry.register(
+            "shed",
+            "Connections refused or evicted at the connection cap, and requests answered 503 over the in-flight limits",
+            shed.clone(),
+        );
         Arc::new(Metrics {
             registry: root,
             requests,
             latency,
             certificate_loads,
             certificate_expiry,
+            shed,
         })
     }
 
@@ -104,7 +121,22 @@ impl Metrics {
                 webhook: "validate-nodewright",
             })
             .observe(0.001);
+        m.shed.get_or_create(&ShedLabel { what: "request" }).inc();
         m
+    }
+
+    /// The counter of connections turned away.
+    pub fn shed_connections(&self) -> Counter {
+        self.shed
+            .get_or_create(&ShedLabel { what: "connection" })
+            .clone()
+    }
+
+    /// The counter of requests answered 503.
+    pub fn shed_requests(&self) -> Counter {
+        self.shed
+            .get_or_create(&ShedLabel { what: "request" })
+            .clone()
     }
 
     /// The label names of every metric family the webhook exports, by full name (without the
@@ -124,6 +156,7 @@ impl Metrics {
                 "nodewright_webhook_certificate_expiry_timestamp_seconds".into(),
                 vec![],
             ),
+            ("nodewright_webhook_shed".into(), vec!["what"]),
         ];
         for process in nodewright_telemetry::process::NAMES {
             out.push(((*process).into(), vec![]));

@@ -18,6 +18,7 @@ use crate::admission::{self, Webhook};
 use crate::cache::SharedView;
 use crate::metrics::{Metrics, RequestLabels, WebhookLabel};
 use crate::rules::Restrictions;
+use crate::shed::{self, InFlight, InFlightLimits};
 use crate::tls::CertStore;
 
 /// What /readyz checks: a certificate is loaded, the caches have synced, and we are not draining.
@@ -144,8 +145,36 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// The TLS-side router.
+/// The TLS-side router, with the default in-flight limits (tests and tools).
 pub fn router(state: Arc<AppState>, max_body_bytes: usize, request_timeout: Duration) -> Router {
+    let in_flight = InFlight::new(
+        InFlightLimits {
+            max_requests: DEFAULT_MAX_IN_FLIGHT,
+            max_large_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES.max(max_body_bytes),
+            max_body_bytes,
+        },
+        state.metrics.shed_requests(),
+    );
+    router_with(state, max_body_bytes, request_timeout, in_flight)
+}
+
+/// Default `WEBHOOK_MAX_IN_FLIGHT`: admission requests answered at once. An answer takes well
+/// under a millisecond of CPU; more than this at once is a flood, not the apiserver.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// Default `WEBHOOK_MAX_IN_FLIGHT_BYTES`: declared sizes of the large bodies (over
+/// [`crate::shed::LARGE_BODY`]) answered at once, four bodies at the default body limit. Each
+/// costs about three times its size while it is read and decoded, so together they stay far
+/// below the chart's 256 Mi memory limit.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
+
+/// The TLS-side router: the admission routes behind `in_flight` (load shedding), the probes not
+/// (a shed probe would take a busy replica out of the Service).
+pub fn router_with(
+    state: Arc<AppState>,
+    max_body_bytes: usize,
+    request_timeout: Duration,
+    in_flight: InFlight,
+) -> Router {
     let mut router = Router::new();
     for webhook in Webhook::ALL {
         router = router.route(
@@ -156,6 +185,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize, request_timeout: Dura
         );
     }
     let router = router
+        .route_layer(axum::middleware::from_fn_with_state(in_flight, shed::shed))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz));
     limited(router, max_body_bytes, request_timeout).with_state(state)

@@ -164,6 +164,30 @@ fn each_bad_variable_alone_stops_the_binary_naming_it() {
             &["WEBHOOK_MAX_BODY_BYTES"],
         ),
         (
+            "WEBHOOK_MAX_CONNECTIONS",
+            b"0",
+            &[],
+            &["WEBHOOK_MAX_CONNECTIONS"],
+        ),
+        (
+            "WEBHOOK_MAX_IN_FLIGHT",
+            b"lots",
+            &[],
+            &["WEBHOOK_MAX_IN_FLIGHT"],
+        ),
+        (
+            "WEBHOOK_MAX_IN_FLIGHT_BYTES",
+            b"65536",
+            &[],
+            &["WEBHOOK_MAX_IN_FLIGHT_BYTES", "WEBHOOK_MAX_BODY_BYTES"],
+        ),
+        (
+            "WEBHOOK_MAX_IN_FLIGHT_BYTES",
+            b"2GiB",
+            &[],
+            &["WEBHOOK_MAX_IN_FLIGHT_BYTES"],
+        ),
+        (
             "WEBHOOK_REQUEST_TIMEOUT",
             b"0",
             &[],

@@ -150,6 +150,7 @@ async fn record_reviews_from_a_real_apiserver() {
     let limits = Limits {
         read_timeout: Duration::from_secs(10),
         shutdown_grace: Duration::from_secs(1),
+        max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
     };
     tokio::spawn(serve_tls(listener, tls, app, limits, stop));
 

@@ -423,3 +423,118 @@ async fn recorded_reviews_from_a_real_apiserver() {
         assert!(operations.contains(needed), "no recorded {needed}");
     }
 }
+
+/// A request with a body that arrives only when `release` is sent on (or dropped), declaring
+/// `declared` bytes: it stays in flight, holding its share of the limits, until then.
+fn held_request(
+    declared: usize,
+) -> (
+    Request<Body>,
+    futures::channel::mpsc::UnboundedSender<Result<axum::body::Bytes, std::io::Error>>,
+) {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let request = Request::post("/validate-nodewright")
+        .header("content-type", "application/json")
+        .header("content-length", declared.to_string())
+        .body(Body::from_stream(rx))
+        .expect("request");
+    (request, tx)
+}
+
+/// Posts `declared` bytes of spaces (their length known from the body) until the answer is 503 (the held requests have taken their
+/// share of the limits): the answer's `Retry-After`.
+async fn until_shed(app: &axum::Router, declared: usize) -> String {
+    for _ in 0..10_000 {
+        let response = app
+            .clone()
+            .oneshot(
+                Request::post("/validate-nodewright")
+                    .header("content-type", "application/json")
+                    .body(Body::from(vec![b' '; declared]))
+                    .expect("request"),
+            )
+            .await
+            .expect("router answers");
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            return response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("a request of {declared} bytes was never shed");
+}
+
+/// Load shedding: over the in-flight limits a request is answered 503 with `Retry-After: 1` at
+/// once (not queued); large bodies in flight never crowd out an ordinary review; the limits come
+/// back when the requests finish; probes are never shed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_in_flight_limits_requests_are_shed_and_ordinary_reviews_are_not_crowded_out() {
+    use nodewright_webhook::routes::router_with;
+    use nodewright_webhook::shed::{InFlight, InFlightLimits};
+    let metrics = Metrics::new();
+    let ready = Readiness::new(CertStore::new());
+    let state = Arc::new(AppState {
+        defaults: OperatorDefaults::default(),
+        restrictions: Default::default(),
+        cluster: Arc::new(cluster()),
+        metrics: metrics.clone(),
+        ready,
+    });
+    let in_flight = InFlight::new(
+        InFlightLimits {
+            max_requests: 3,
+            max_large_bytes: MAX_BODY,
+            max_body_bytes: MAX_BODY,
+        },
+        metrics.shed_requests(),
+    );
+    let app = router_with(state, MAX_BODY, Duration::from_secs(60), in_flight);
+    let valid = fixture("validate-create-nodewright.json");
+
+    // One body at the limit in flight takes the whole large-body budget: another large one is
+    // shed, an ordinary review is admitted.
+    let (large, large_body) = held_request(MAX_BODY);
+    let large = tokio::spawn(app.clone().oneshot(large));
+    assert_eq!(until_shed(&app, MAX_BODY).await, "1");
+    let (status, review) = post(&app, "/validate-nodewright", valid.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        review["response"]["allowed"], true,
+        "an ordinary review waits on no large body: {review}"
+    );
+
+    // Two more small requests in flight fill the request limit: now any request is shed, the
+    // probes are not.
+    let (small_a, small_a_body) = held_request(64);
+    let small_a = tokio::spawn(app.clone().oneshot(small_a));
+    let (small_b, small_b_body) = held_request(64);
+    let small_b = tokio::spawn(app.clone().oneshot(small_b));
+    assert_eq!(until_shed(&app, 64).await, "1");
+    let probe = app
+        .clone()
+        .oneshot(Request::get("/healthz").body(Body::empty()).expect("probe"))
+        .await
+        .expect("router answers");
+    assert_eq!(probe.status(), StatusCode::OK, "a probe is never shed");
+
+    // Once they finish, everything is admitted again.
+    drop((large_body, small_a_body, small_b_body));
+    for held in [large, small_a, small_b] {
+        let answer = held.await.expect("task").expect("router answers");
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "an empty body");
+    }
+    let (status, review) = post(&app, "/validate-nodewright", valid).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(review["response"]["allowed"], true, "{review}");
+    let exposition = metrics.encode();
+    assert!(
+        exposition.lines().any(|l| l
+            .starts_with(r#"nodewright_webhook_shed_total{what="request"} "#)
+            && !l.ends_with(" 0")),
+        "{exposition}"
+    );
+}

@@ -119,6 +119,7 @@ async fn certificate_rotates_under_load_without_a_failed_request() {
         Limits {
             read_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(5),
+            max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
         },
         stop_rx,
     ));
@@ -338,6 +339,7 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
         Limits {
             read_timeout,
             shutdown_grace: Duration::from_secs(1),
+            max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
         },
         stop_rx,
     ));
@@ -362,6 +364,103 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
         exchange(&mut tls, &body).await,
         "http/1.1 200 ok",
         "the idle connection was closed by the server"
+    );
+    let _ = stop_tx.send(true);
+}
+
+/// A client that stops talking is closed once its phase's deadline passes: a silent new
+/// connection (HTTP/1.1 or h2) within the read timeout of its handshake, and a request head left
+/// half-sent after an earlier request within the read timeout of its first byte, not after the
+/// 120 s an idle keep-alive connection gets. Before, both were held open for 120 s (h2 forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_is_closed_after_the_read_timeout_not_the_idle_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = ca();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key, _) = leaf(&ca, "webhook");
+    kubelet_publish(dir.path(), 0, &cert, &key);
+    let certs = CertStore::new();
+    tls::load_files(
+        &certs,
+        &dir.path().join("tls.crt"),
+        &dir.path().join("tls.key"),
+    )
+    .await
+    .expect("certificate");
+    let state = app_state(&certs);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let read_timeout = Duration::from_millis(300);
+    tokio::spawn(serve_tls(
+        listener,
+        Arc::new(tls::server_config(certs).expect("tls config")),
+        router(state, 8 << 20, Duration::from_secs(10)),
+        Limits {
+            read_timeout,
+            shutdown_grace: Duration::from_secs(1),
+            max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
+        },
+        stop_rx,
+    ));
+    let connect = |alpn: &'static [u8]| {
+        let ca_pem = ca.pem.clone();
+        async move {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+                roots.add(c.expect("ca pem")).expect("root");
+            }
+            let mut config = rustls::ClientConfig::builder()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![alpn.to_vec()];
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+            connector.connect(name, tcp).await.expect("handshake")
+        }
+    };
+    // Reads until the server closes; false if it is still open after a bound far below the idle
+    // timeout (a bound on a hang, not a measurement: the deadline is 300 ms).
+    async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(tls: &mut S) -> bool {
+        let mut buf = [0u8; 1024];
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                match tls.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    let mut silent = connect(b"http/1.1").await;
+    assert!(
+        closed_by_server(&mut silent).await,
+        "a silent HTTP/1.1 connection stayed open"
+    );
+    let mut silent_h2 = connect(b"h2").await;
+    assert_eq!(silent_h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    assert!(
+        closed_by_server(&mut silent_h2).await,
+        "a silent h2 connection stayed open"
+    );
+
+    let mut half = connect(b"http/1.1").await;
+    assert_eq!(
+        exchange(&mut half, &validate_body()).await,
+        "http/1.1 200 ok"
+    );
+    half.write_all(b"POST /validate-nodewright HTTP/1.1\r\nhost: loc")
+        .await
+        .expect("half a head");
+    half.flush().await.expect("flush");
+    assert!(
+        closed_by_server(&mut half).await,
+        "a half-sent head after a request kept its connection open"
     );
     let _ = stop_tx.send(true);
 }

@@ -224,6 +224,7 @@ impl Env {
             nodewright_webhook::server::Limits {
                 read_timeout: Duration::from_secs(10),
                 shutdown_grace: Duration::from_secs(1),
+                max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
             },
             stop_rx,
         ));

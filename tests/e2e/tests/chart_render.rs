@@ -199,6 +199,14 @@ fn deployments_match_the_binaries_env_ports_and_images() {
         env_value(wh, "WEBHOOK_METRICS_LISTEN").as_deref(),
         Some("0.0.0.0:9090")
     );
+    // The load limits reach the webhook, at the defaults its own flags have.
+    for (name, value) in [
+        ("WEBHOOK_MAX_CONNECTIONS", "512"),
+        ("WEBHOOK_MAX_IN_FLIGHT", "64"),
+        ("WEBHOOK_MAX_IN_FLIGHT_BYTES", "33554432"),
+    ] {
+        assert_eq!(env_value(wh, name).as_deref(), Some(value), "{name}");
+    }
     assert_eq!(
         env_value(op, "WEBHOOK_SECRET_NAME").as_deref(),
         Some(format!("{FULL}-webhook-tls").as_str())
@@ -858,6 +866,12 @@ fn bad_values_are_refused_naming_the_value() {
         ),
         (&["operator.packageServiceAccount.name=Bad_Name"], "name"),
         (&["webhook.maxBodyBytes=10"], "maxBodyBytes"),
+        (&["webhook.maxConnections=0"], "maxConnections"),
+        (&["webhook.maxInFlight=0"], "maxInFlight"),
+        (
+            &["webhook.maxInFlightBytes=1048576"],
+            "webhook.maxInFlightBytes (1048576) must be at least webhook.maxBodyBytes",
+        ),
         (&["operator.copyDirRoot=relative/path"], "copyDirRoot"),
         (
             &["operator.runtimeRequiredTaint=k=v:Never"],
@@ -1419,6 +1433,54 @@ fn network_policies_allow_only_what_the_services_serve_and_call() {
             json!([{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}])
         );
     }
+}
+
+/// The webhook's HTTPS port: only the kube-apiserver by default where its addresses are known
+/// (`apiServerCIDRs`; the EndpointSlice lookup needs a cluster, `helm template` has none), the
+/// peers of `webhookFrom` when given, any peer when neither or when asked for.
+#[test]
+fn the_webhook_port_admits_only_the_apiserver_where_its_addresses_are_known() {
+    let https_from = |args: &[&str]| {
+        let mut all = vec!["--set", "networkPolicy.enabled=true"];
+        all.extend_from_slice(args);
+        let docs = render(REL, NS, &all).expect("render");
+        let np = find(&docs, "NetworkPolicy", &format!("{FULL}-webhook"));
+        np["spec"]["ingress"]
+            .as_array()
+            .expect("ingress")
+            .iter()
+            .find(|r| r["ports"][0]["port"] == "https")
+            .expect("https rule")["from"]
+            .clone()
+    };
+    assert_eq!(
+        https_from(&[
+            "--set",
+            "networkPolicy.apiServerCIDRs={10.0.0.1/32,fd00::1/128}"
+        ]),
+        json!([{"ipBlock": {"cidr": "10.0.0.1/32"}}, {"ipBlock": {"cidr": "fd00::1/128"}}])
+    );
+    // Unknown addresses (no cluster to look them up in): open, rather than an outage.
+    assert_eq!(https_from(&[]), Value::Null);
+    assert_eq!(
+        https_from(&[
+            "--set",
+            "networkPolicy.apiServerCIDRs[0]=10.0.0.1/32",
+            "--set",
+            "networkPolicy.webhookFromAPIServer=false"
+        ]),
+        Value::Null
+    );
+    let peers = json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}]);
+    assert_eq!(
+        https_from(&[
+            "--set",
+            "networkPolicy.apiServerCIDRs[0]=10.0.0.1/32",
+            "--set-json",
+            &format!("networkPolicy.webhookFrom={peers}")
+        ]),
+        peers
+    );
 }
 
 #[test]

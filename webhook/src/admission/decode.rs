@@ -140,6 +140,7 @@ pub(super) fn typed<K: Admitted>(body: &[u8]) -> Option<(AdmissionRequest<K>, Ob
 pub(super) fn exact<K: Admitted>(
     body: &[u8],
 ) -> Result<(AdmissionRequest<DynamicObject>, Objects<K>), String> {
+    bounded(body)?;
     let value: Value =
         serde_json::from_slice(body).map_err(|e| format!("request body is not JSON: {e}"))?;
     let api_version = value
@@ -177,7 +178,72 @@ fn convert<K: DeserializeOwned>(object: &DynamicObject, what: &str) -> Result<K,
 }
 
 /// serde_json's `Value` parser refuses nesting deeper than this; a conservative bound below it.
-const MAX_DEPTH: usize = 120;
+pub const MAX_DEPTH: usize = 120;
+/// Most JSON elements (array items, object members and the containers themselves) a body may
+/// hold. What a decode costs is set by its elements, not its bytes: a `Value` is 32 bytes, and
+/// an array of 8 MiB of `0,` is 4 Mi of them, ~128 MiB before its vector doubles, so that two
+/// such bodies in parallel would exceed the chart's 256 Mi limit. A review of a 10,000-package
+/// NodeWright (100 times more than admitted) holds ~30,000; an UPDATE twice that.
+pub const MAX_ELEMENTS: usize = 1 << 17;
+
+/// Refuses, before any tree is built, what would make a decode's memory unbounded: a top level
+/// that is not a JSON object (an AdmissionReview is one), nesting deeper than [`MAX_DEPTH`], more
+/// than [`MAX_ELEMENTS`] elements. One pass over the bytes, no allocation; it does not check the
+/// syntax (the decoders do), so it only ever refuses early what they would refuse or could not
+/// afford.
+pub fn bounded(body: &[u8]) -> Result<(), String> {
+    let first = body.iter().position(|b| !b.is_ascii_whitespace());
+    match first.map(|i| body[i]) {
+        Some(b'{') => {}
+        Some(other) => {
+            return Err(format!(
+                "request body is not an AdmissionReview: it must be a JSON object, it starts with {:?}",
+                char::from(other)
+            ));
+        }
+        None => return Err("request body is empty: send an AdmissionReview".to_owned()),
+    }
+    let (mut depth, mut elements) = (0usize, 0usize);
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'"' => {
+                // Skip the string: to the next quote not escaped by a backslash.
+                i += 1;
+                while i < body.len() {
+                    match body[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                        Some(at) if body[i + at] == b'\\' => i += at + 2,
+                        Some(at) => {
+                            i += at;
+                            break;
+                        }
+                        None => i = body.len(),
+                    }
+                }
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                elements += 1;
+                if depth > MAX_DEPTH {
+                    return Err(format!(
+                        "request body nests JSON deeper than {MAX_DEPTH} levels (at byte {i}): no Kubernetes object does"
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' => elements += 1,
+            _ => {}
+        }
+        if elements > MAX_ELEMENTS {
+            return Err(format!(
+                "request body holds more than {MAX_ELEMENTS} JSON elements (at byte {i}): \
+                 more than any admissible object, refused before decoding"
+            ));
+        }
+        i += 1;
+    }
+    Ok(())
+}
 /// Integer digits beyond which a number may not fit an `f64` (`Value` refuses infinite numbers).
 const MAX_DIGITS: usize = 300;
 
@@ -326,5 +392,61 @@ mod tests {
         }
         // Invalid UTF-8 inside a string.
         assert!(!strict_as_value(b"{\"x\":\"\xc3\x28\"}"));
+    }
+
+    #[test]
+    fn bounded_refuses_a_non_object_an_over_deep_and_an_over_large_body() {
+        for (body, needle) in [
+            (&b""[..], "empty"),
+            (b"  \n", "empty"),
+            (b"[1]", "must be a JSON object, it starts with '['"),
+            (b"\"x\"", "starts with '\"'"),
+            (b"0", "starts with '0'"),
+            (b"\xff", "starts with '\u{ff}'"),
+        ] {
+            let e = bounded(body).expect_err(needle);
+            assert!(e.contains(needle), "{e}");
+        }
+        let deep = format!(
+            "{{\"x\":{}{}}}",
+            "[".repeat(MAX_DEPTH),
+            "]".repeat(MAX_DEPTH)
+        );
+        let e = bounded(deep.as_bytes()).expect_err("deep");
+        assert!(e.contains("deeper than 120 levels"), "{e}");
+        let ok = format!(
+            "{{\"x\":{}{}}}",
+            "[".repeat(MAX_DEPTH - 1),
+            "]".repeat(MAX_DEPTH - 1)
+        );
+        assert_eq!(bounded(ok.as_bytes()), Ok(()));
+        // The elements of 8 MiB of `0,`: refused at the bound, long before the end.
+        let wide = format!("{{\"x\":[{}0]}}", "0,".repeat(4 << 20));
+        let e = bounded(wide.as_bytes()).expect_err("wide");
+        assert!(e.contains("more than 131072 JSON elements"), "{e}");
+        let e = bounded(format!("{{\"x\":[{}0]}}", "0,".repeat(MAX_ELEMENTS)).as_bytes())
+            .expect_err("one over");
+        assert!(e.contains("131072"), "{e}");
+        assert_eq!(
+            bounded(format!("{{\"x\":[{}0]}}", "0,".repeat(MAX_ELEMENTS - 2)).as_bytes()),
+            Ok(())
+        );
+        // Brackets, braces and commas inside strings (and escaped quotes) are not structure.
+        let quoted = format!(
+            "{{\"x\":\"{}\\\"{}\"}}",
+            "[,{".repeat(MAX_ELEMENTS),
+            "[".repeat(MAX_DEPTH * 2)
+        );
+        assert_eq!(bounded(quoted.as_bytes()), Ok(()));
+        // An unterminated string ends the scan without a panic.
+        assert_eq!(bounded(b"{\"x\":\"abc\\"), Ok(()));
+    }
+
+    #[test]
+    fn the_depth_bound_is_below_the_value_parsers() {
+        // What serde_json's `Value` parser refuses for its depth, `bounded` refuses first.
+        let deep = format!("{{\"x\":{}{}}}", "[".repeat(130), "]".repeat(130));
+        assert!(serde_json::from_str::<Value>(&deep).is_err());
+        assert!(bounded(deep.as_bytes()).is_err());
     }
 }

@@ -235,6 +235,10 @@ struct Context<'a> {
 }
 
 fn review_as<K: Admitted>(webhook: Webhook, body: &[u8], context: &Context<'_>) -> Answer {
+    // Both decoders cost memory by the body's elements: refuse what is too large for them first.
+    if let Err(reason) = decode::bounded(body) {
+        return malformed(reason);
+    }
     if let Some((request, objects)) = decode::typed::<K>(body) {
         return answer(webhook, &request, objects, context);
     }

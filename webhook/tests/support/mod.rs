@@ -111,3 +111,65 @@ pub async fn wait_ready(webhook: &Webhook, ca_pem: &str) {
     }
     panic!("webhook never became ready; its log:\n{}", webhook.log());
 }
+
+/// The environment the chart gives the webhook container (its literal `env` values, as
+/// `helm template` renders them with default values), without what is this machine's: the listen
+/// addresses, the certificate source and the log format.
+pub fn chart_env(objects: &[serde_json::Value]) -> Vec<(String, String)> {
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "nw-nodewright-webhook")
+        .expect("the chart renders the webhook Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|var| Some((var["name"].as_str()?, var["value"].as_str()?)))
+        .filter(|(name, _)| {
+            ![
+                "WEBHOOK_LISTEN",
+                "WEBHOOK_METRICS_LISTEN",
+                "WEBHOOK_TLS_SECRET",
+                "LOG_FORMAT",
+            ]
+            .contains(name)
+        })
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// As [`start_webhook`], inside `cgroup` (so the chart's resource limits apply to every byte it
+/// allocates), configured through the environment only (the cgroup's shell passes no arguments).
+pub fn start_webhook_confined(
+    kubeconfig: &Path,
+    dir: &Path,
+    env: &[(String, String)],
+    cgroup: &nodewright_e2e::limits::Cgroup,
+) -> Webhook {
+    let port = free_port();
+    let log = dir.join("webhook.log");
+    let log_file = std::fs::File::create(&log).expect("log file");
+    let mut command = cgroup.command(Path::new(env!("CARGO_BIN_EXE_nodewright-webhook")));
+    command
+        .env("KUBECONFIG", kubeconfig)
+        .env("JOB_STAGE_TIMEOUT", "1h")
+        .env("WEBHOOK_LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "WEBHOOK_METRICS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env("WEBHOOK_TLS_CERT_FILE", dir.join("tls.crt"))
+        .env("WEBHOOK_TLS_KEY_FILE", dir.join("tls.key"))
+        .env("LOG_FORMAT", "text");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let child = command
+        .stdout(Stdio::from(log_file.try_clone().expect("log clone")))
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("webhook binary starts");
+    Webhook { child, log, port }
+}
