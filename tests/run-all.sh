@@ -3,7 +3,8 @@
 #   1. builds the local control plane's binaries from their Go modules (cached; minutes the first time),
 #   2. builds promtool (tests/prometheus, cached) for the alert rule tests, checks formatting, lint
 #      and that generated files (crds/; docs/reference/metrics.md and the dashboard are checked by
-#      tests/docs/tests/generated.rs) match their generators,
+#      tests/docs/tests/generated.rs) match their generators, and the dependency graph against
+#      deny.toml (cargo-deny, built from crates.io and cached),
 #   3. builds the test images (as root), for the suite that runs on a real node,
 #   4. runs `cargo test --workspace`: unit tests, property tests, and the end-to-end suites, which
 #      start real local clusters (etcd + kube-apiserver + kube-controller-manager + kwok, and one
@@ -40,6 +41,9 @@ cargo run --quiet -p nodewright-shared --bin crdgen -- --check crds chart/files/
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "cargo deny: licenses, banned crates, sources (advisories need GitHub, which CI cannot reach)"
+tests/supply-chain/deny.sh
 
 # The real node (a kubelet with containerd, next to the kwok nodes) needs root and the test images;
 # tests/e2e/tests/real_node.rs runs the chart and real package stages on it when they are there.
