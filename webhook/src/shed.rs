@@ -30,8 +30,10 @@ pub const LARGE_BODY: usize = 256 * 1024;
 #[derive(Debug, Clone)]
 pub struct InFlight {
     requests: Arc<Semaphore>,
+    max_requests: usize,
     /// In KiB.
     large: Arc<Semaphore>,
+    max_large_kib: usize,
     max_body_bytes: usize,
     shed: prometheus_client::metrics::counter::Counter,
 }
@@ -52,10 +54,27 @@ impl InFlight {
     pub fn new(limits: InFlightLimits, shed: prometheus_client::metrics::counter::Counter) -> Self {
         InFlight {
             requests: Arc::new(Semaphore::new(limits.max_requests.max(1))),
+            max_requests: limits.max_requests.max(1),
             large: Arc::new(Semaphore::new(kib(limits.max_large_bytes))),
+            max_large_kib: kib(limits.max_large_bytes),
             max_body_bytes: limits.max_body_bytes,
             shed,
         }
+    }
+}
+
+impl InFlight {
+    /// How many admission requests are being answered now (the request budget taken).
+    pub fn in_flight(&self) -> usize {
+        self.max_requests
+            .saturating_sub(self.requests.available_permits())
+    }
+
+    /// The large-body budget taken now, in bytes (rounded up to KiB per request).
+    pub fn large_bytes_in_flight(&self) -> usize {
+        self.max_large_kib
+            .saturating_sub(self.large.available_permits())
+            .saturating_mul(1024)
     }
 }
 

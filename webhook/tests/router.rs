@@ -441,6 +441,19 @@ fn held_request(
     (request, tx)
 }
 
+/// Waits until `n` requests and `large` bytes of large bodies hold their share of the limits: a
+/// held request spawned but not yet counted would otherwise race the probe that expects to be
+/// shed, and be shed itself.
+async fn until_in_flight(in_flight: &nodewright_webhook::shed::InFlight, n: usize, large: usize) {
+    for _ in 0..600_000 {
+        if in_flight.in_flight() >= n && in_flight.large_bytes_in_flight() >= large {
+            return;
+        }
+        tokio::time::sleep(Duration::from_micros(100)).await;
+    }
+    panic!("{n} held requests never were in flight together");
+}
+
 /// Posts `declared` bytes of spaces (their length known from the body) until the answer is 503 (the held requests have taken their
 /// share of the limits): the answer's `Retry-After`.
 async fn until_shed(app: &axum::Router, declared: usize) -> String {
@@ -492,13 +505,14 @@ async fn over_the_in_flight_limits_requests_are_shed_and_ordinary_reviews_are_no
         },
         metrics.shed_requests(),
     );
-    let app = router_with(state, MAX_BODY, Duration::from_secs(60), in_flight);
+    let app = router_with(state, MAX_BODY, Duration::from_secs(60), in_flight.clone());
     let valid = fixture("validate-create-nodewright.json");
 
     // One body at the limit in flight takes the whole large-body budget: another large one is
     // shed, an ordinary review is admitted.
     let (large, large_body) = held_request(MAX_BODY);
     let large = tokio::spawn(app.clone().oneshot(large));
+    until_in_flight(&in_flight, 1, MAX_BODY).await;
     assert_eq!(until_shed(&app, MAX_BODY).await, "1");
     let (status, review) = post(&app, "/validate-nodewright", valid.clone()).await;
     assert_eq!(status, StatusCode::OK);
@@ -513,6 +527,7 @@ async fn over_the_in_flight_limits_requests_are_shed_and_ordinary_reviews_are_no
     let small_a = tokio::spawn(app.clone().oneshot(small_a));
     let (small_b, small_b_body) = held_request(64);
     let small_b = tokio::spawn(app.clone().oneshot(small_b));
+    until_in_flight(&in_flight, 3, MAX_BODY).await;
     assert_eq!(until_shed(&app, 64).await, "1");
     let probe = app
         .clone()
