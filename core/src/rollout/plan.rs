@@ -158,7 +158,16 @@ pub fn plan_node(
                     Some(job) if !is_finished(job) => {}
                     Some(job) => match recorded(job) {
                         // The outcome path records it first.
-                        None | Some(Recorded::Rejected) => package_pending = true,
+                        None => package_pending = true,
+                        // Processed (only admission rejections): the outcome path deletes it right
+                        // after the mark, but that DELETE can fail or never be sent (5xx, a lost
+                        // term, a killed process), and nothing else would reconcile a recorded Job.
+                        // Deleting it throws away no evidence, so no fresh read is needed: the
+                        // stage then runs again instead of waiting for the failed-Job TTL.
+                        Some(Recorded::Rejected) => {
+                            package_pending = true;
+                            out.delete.push(job_name);
+                        }
                         Some(Recorded::TimedOut)
                             if at_stage.and_then(|r| r.state) == Some(State::Erroring) =>
                         {
@@ -266,7 +275,11 @@ fn interrupt_phase(
             }
             Some(job) if !is_finished(job) => {}
             Some(job) => match recorded(job) {
-                None | Some(Recorded::Rejected) => {}
+                None => {}
+                // Only rejected at admission and already processed: a DELETE after the mark that
+                // failed leaves it here; remove it so the interrupt runs again (see the package
+                // case in [`plan_node`]).
+                Some(Recorded::Rejected) => out.delete.push(interrupt_job.clone()),
                 Some(Recorded::TimedOut) => out.timed_out = true,
                 Some(Recorded::Complete) if fresh => out.delete.push(interrupt_job.clone()),
                 Some(Recorded::Complete) => out.stale = true,
@@ -536,6 +549,40 @@ pub(crate) mod tests {
             p.state.get("a", "1.0.0").and_then(|r| r.state),
             Some(State::InProgress)
         );
+    }
+
+    /// D1: the outcome path marked a rejected-only Job (`state-recorded: rejected`) but its DELETE
+    /// failed. Nothing reconciles a recorded Job again, so the plan must delete it (from the cache:
+    /// it is no evidence), or the stage waits for the failed-Job TTL holding its slot.
+    #[test]
+    fn a_marked_rejected_only_job_whose_delete_failed_is_deleted_by_the_next_pass() {
+        let nw = nodewright(&[("a", package(&[], Some(InterruptType::Reboot)))]);
+        let s = state(&[entry("a", Stage::Apply, State::InProgress)]);
+        let rejected = package_job("a", Stage::Apply, Some("Failed"), Some(Recorded::Rejected));
+        let p = plan_node(&nw, "n1", &s, &JobIndex::new([rejected]), false);
+        assert_eq!(
+            p.delete,
+            vec![naming::package_job_name(
+                "nw",
+                "a",
+                "1.0.0",
+                Stage::Apply,
+                "n1"
+            )]
+        );
+        assert!(!p.stale && p.create.is_empty() && !p.timed_out);
+        assert_eq!(p.state, s, "the record stays in progress");
+
+        // The same for the node's interrupt Job.
+        let s = state(&[entry("a", Stage::Interrupt, State::InProgress)]);
+        let interrupt = job(
+            naming::interrupt_job_name("nw", "n1"),
+            Some("Failed"),
+            Some(Recorded::Rejected),
+        );
+        let p = plan_node(&nw, "n1", &s, &JobIndex::new([interrupt]), false);
+        assert_eq!(p.delete, vec![naming::interrupt_job_name("nw", "n1")]);
+        assert!(p.create.is_empty() && !p.timed_out);
     }
 
     #[test]
