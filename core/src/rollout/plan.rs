@@ -270,6 +270,18 @@ fn interrupt_phase(
             None => {
                 // Lost (deleted, or the node was rebooted and the Job garbage-collected): recreate.
                 if let Some(merged) = merged_of(inside) {
+                    // A rerun starts in progress, as a package stage's does: an `erroring` record
+                    // (its timed-out Job expired or was deleted) would otherwise show the new run
+                    // as failing until it ends.
+                    let erroring = packages
+                        .get(&merged.owner)
+                        .and_then(|p| state.get(&merged.owner, &p.version))
+                        .is_some_and(|r| r.stage == stage && r.state == Some(State::Erroring));
+                    if erroring
+                        && let Some(r) = record(&merged.owner, nodewright, stage, State::InProgress)
+                    {
+                        out.state.upsert(r);
+                    }
                     out.create.push(Creation::Interrupt { merged, stage });
                 }
             }
@@ -583,6 +595,32 @@ pub(crate) mod tests {
         let p = plan_node(&nw, "n1", &s, &JobIndex::new([interrupt]), false);
         assert_eq!(p.delete, vec![naming::interrupt_job_name("nw", "n1")]);
         assert!(p.create.is_empty() && !p.timed_out);
+    }
+
+    /// D5: the interrupt Job of a timed-out interrupt went away (failed-Job TTL, a user deleting
+    /// it): the recreated Job's run starts `in_progress`, as a package stage's rerun does.
+    #[test]
+    fn a_recreated_interrupt_job_resets_an_erroring_record_to_in_progress() {
+        let nw = nodewright(&[
+            ("a", package(&[], Some(InterruptType::Reboot))),
+            ("b", package(&[], Some(InterruptType::Service))),
+        ]);
+        let mut owner = entry("a", Stage::Interrupt, State::Erroring);
+        owner.restarts = 3;
+        let s = state(&[owner, entry("b", Stage::Interrupt, State::Skipped)]);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(creates(&p), vec![("interrupt:a".into(), Stage::Interrupt)]);
+        assert_eq!(
+            p.state
+                .get("a", "1.0.0")
+                .map(|r| (r.stage, r.state, r.restarts)),
+            Some((Stage::Interrupt, Some(State::InProgress), 0))
+        );
+        assert_eq!(
+            p.state.get("b", "1.0.0").and_then(|r| r.state),
+            Some(State::Skipped),
+            "the merged packages stay skipped"
+        );
     }
 
     #[test]
