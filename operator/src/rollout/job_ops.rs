@@ -117,7 +117,9 @@ pub async fn set_suspended(
 /// Drift (DESIGN §4.4): an unfinished package Job whose package no longer matches (its template hash,
 /// or the package or its version is gone from the spec) is deleted, and so is a timed-out one whose
 /// package changed (so the stage runs again with the new spec) or whose version is gone (an
-/// upgrade clears the old version's timed-out stage). Returns how many were deleted.
+/// upgrade clears the old version's timed-out stage). A timed-out interrupt Job whose owner package
+/// changed is deleted too, so the interrupt runs again (a running interrupt never is: it may be
+/// rebooting the node). Returns how many were deleted.
 pub async fn replace_drifted(
     ctx: &Context,
     nodewright: &NodeWright,
@@ -128,13 +130,12 @@ pub async fn replace_drifted(
     // One hash per package (a serialisation and two digests), not one per Job: a package has a Job
     // per stage per node.
     let mut hashes: BTreeMap<String, String> = BTreeMap::new();
-    for job in jobs
-        .iter()
-        .filter(|j| !nodewright_core::jobs::outcome::is_interrupt_job(j))
-    {
+    let mut interrupt_hashes: BTreeMap<String, String> = BTreeMap::new();
+    for job in jobs.iter() {
+        let interrupt = nodewright_core::jobs::outcome::is_interrupt_job(job);
         let finished = is_finished(job);
         let timed_out = recorded(job) == Some(Recorded::TimedOut);
-        if finished && !timed_out {
+        if (finished || interrupt) && !timed_out {
             continue;
         }
         let Some(annotation) = package_of(job) else {
@@ -146,10 +147,32 @@ pub async fn replace_drifted(
             .get(&annotation.name)
             .filter(|p| p.version == annotation.version)
         {
+            // The owner left the spec: the plan removes a finished interrupt Job by itself (and an
+            // uninstall-interrupt runs for a package already gone, so its evidence stays).
+            None if interrupt => false,
             // The package or this version left the spec: a running Job is stopped, and a
             // timed-out one (recorded, so its outcome is safe) goes with the version it was the
             // evidence of, so nothing keeps showing a package the user moved on from.
             None => !finished || timed_out,
+            Some(package) if interrupt => {
+                let hash = match interrupt_hashes.get(&annotation.name) {
+                    Some(hash) => hash,
+                    None => {
+                        let hash = drift::interrupt_template_hash(
+                            &nw,
+                            &annotation.name,
+                            package,
+                            &ctx.config.jobs,
+                        )?;
+                        interrupt_hashes
+                            .entry(annotation.name.clone())
+                            .or_insert(hash)
+                    }
+                };
+                // An interrupt Job built before interrupt Jobs carried the hash cannot be shown to
+                // differ: it stays (its failed-Job TTL still clears it).
+                job.template_hash.as_deref().is_some_and(|h| h != hash)
+            }
             Some(package) => {
                 let hash = match hashes.get(&annotation.name) {
                     Some(hash) => hash,
@@ -190,6 +213,137 @@ mod tests {
             "status": {"conditions": conditions}
         }))
         .expect("valid Job JSON")
+    }
+
+    /// Requests seen by the mock API server: method and path.
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+    /// A client whose every Job DELETE succeeds (and is logged); anything else is answered 404.
+    fn deletes_succeed() -> (Seen, kube::Client, tokio::task::JoinHandle<()>) {
+        let seen = Seen::default();
+        let log = seen.clone();
+        let (client, server) = crate::writes::mock::serve(move |method, path, _| {
+            log.lock()
+                .expect("request log")
+                .push((method.to_string(), path.to_owned()));
+            if method == http::Method::DELETE && path.contains("/jobs/") {
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}),
+                )
+            } else {
+                (404, crate::writes::mock::not_found())
+            }
+        });
+        (seen, client, server)
+    }
+
+    fn reboot_package(agent: &str) -> nodewright_shared::api::Package {
+        nodewright_shared::api::Package {
+            version: "1.0.0".into(),
+            image: "example.com/pkg".into(),
+            agent_image_override: Some(agent.into()),
+            interrupt: Some(nodewright_shared::api::Interrupt {
+                kind: nodewright_shared::api::InterruptType::Reboot,
+                services: vec![],
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn with_package(package: nodewright_shared::api::Package) -> NodeWright {
+        let mut nw = NodeWright::new(
+            "nw",
+            nodewright_shared::api::NodeWrightSpec {
+                packages: BTreeMap::from([("a".to_owned(), package)]),
+                ..Default::default()
+            },
+        );
+        nw.metadata.uid = Some("uid".into());
+        nw.metadata.generation = Some(1);
+        nw
+    }
+
+    /// The interrupt Job of `nw`'s package `a` on `n1`, finished and recorded `recorded` (running
+    /// when `None`).
+    fn interrupt_job(ctx: &Context, nw: &NodeWright, recorded: Option<&str>) -> StoredJob {
+        let owner = nw.spec.packages.get("a").expect("package a");
+        let mut job =
+            nodewright_core::jobs::build_interrupt_job(&nodewright_core::jobs::InterruptJobInput {
+                nodewright: nw,
+                owner_key: "a",
+                owner,
+                interrupt: owner.interrupt.as_ref().expect("an interrupt"),
+                stage: nodewright_shared::node_state::Stage::Interrupt,
+                node: "n1",
+                node_order: 0,
+                config: &ctx.config.jobs,
+            })
+            .expect("interrupt Job builds");
+        if let Some(r) = recorded {
+            job.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(STATE_RECORDED.to_owned(), r.to_owned());
+            job.status = Some(k8s_openapi::api::batch::v1::JobStatus {
+                conditions: Some(vec![k8s_openapi::api::batch::v1::JobCondition {
+                    type_: "Failed".into(),
+                    status: "True".into(),
+                    reason: Some("DeadlineExceeded".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+        }
+        StoredJob::of(&job)
+    }
+
+    const STATE_RECORDED: &str = nodewright_shared::keys::STATE_RECORDED_ANNOTATION;
+
+    /// D4: a timed-out interrupt (here: a broken `agentImageOverride`) is fixed by editing its
+    /// package at the same version: drift deletes the timed-out interrupt Job so it runs again, as
+    /// it does a package Job's (docs/timeouts.md). A running interrupt is never replaced.
+    #[tokio::test]
+    async fn drift_replaces_a_timed_out_interrupt_job_whose_package_changed() {
+        let (seen, client, server) = deletes_succeed();
+        let ctx = Context::over(client);
+        let broken = with_package(reboot_package("example.com/agent:broken"));
+        let fixed = with_package(reboot_package("example.com/agent:fixed"));
+        let timed_out = interrupt_job(&ctx, &broken, Some("timed-out"));
+        let name = timed_out.name_any();
+
+        // Unchanged package: the evidence stays.
+        let jobs = JobIndex::with_fleet([std::sync::Arc::new(timed_out.clone())], &[]);
+        assert_eq!(
+            replace_drifted(&ctx, &broken, &jobs).await.expect("drift"),
+            0
+        );
+        // Changed: replaced.
+        assert_eq!(
+            replace_drifted(&ctx, &fixed, &jobs).await.expect("drift"),
+            1
+        );
+        // A running interrupt Job of the old package is left alone (it may be rebooting the node).
+        let running = JobIndex::with_fleet(
+            [std::sync::Arc::new(interrupt_job(&ctx, &broken, None))],
+            &[],
+        );
+        assert_eq!(
+            replace_drifted(&ctx, &fixed, &running)
+                .await
+                .expect("drift"),
+            0
+        );
+        drop(ctx);
+        server.abort();
+        let seen = seen.lock().expect("request log").clone();
+        assert_eq!(
+            seen,
+            vec![(
+                "DELETE".to_owned(),
+                format!("/apis/batch/v1/namespaces/nodewright/jobs/{name}")
+            )]
+        );
     }
 
     #[test]
