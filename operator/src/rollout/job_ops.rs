@@ -5,20 +5,27 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use nodewright_core::jobs::PackageAnnotation;
 use nodewright_core::jobs::drift;
 use nodewright_core::jobs::read::{
-    JobIndex, Recorded, is_finished, is_suspended, package_of, recorded,
+    JobIndex, Recorded, is_finished, is_suspended, node_of, package_of, recorded,
 };
 use nodewright_core::jobs::stored::StoredJob;
+use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::state::parse_state;
 use nodewright_shared::api::NodeWright;
+use nodewright_shared::keys;
+use nodewright_shared::node_state::State;
 use serde_json::json;
 use tracing::info;
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::writes::failed;
+use crate::writes::{Unchanged, failed};
 
 fn api(ctx: &Context) -> Api<StoredJob> {
     Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace)
@@ -192,10 +199,53 @@ pub async fn replace_drifted(
         if stale {
             info!(job = %job.name_any(), package = %annotation.name, stage = %annotation.stage, "package changed: replacing its Job");
             ctx.writer.remove_job(&job.name_any()).await?;
+            if !finished {
+                reset_live_erroring(ctx, job, &annotation).await?;
+            }
             deleted += 1;
         }
     }
     Ok(deleted)
+}
+
+/// After drift replaced a running Job, its stage's `erroring` record (the live path counted failed
+/// attempts of the replaced run) goes back to `in_progress`: the replaced run did not time out, so
+/// the next pass must not announce a cleared timeout (`StageTimeoutCleared`) when it starts the
+/// stage again, and the new run has not failed. After the DELETE, so the replaced Job's pods (it is
+/// no longer reconciled once deleted) cannot write `erroring` again behind it.
+async fn reset_live_erroring(
+    ctx: &Context,
+    job: &StoredJob,
+    annotation: &PackageAnnotation,
+) -> Result<(), ReconcileError> {
+    let Some(node) = node_of(job) else {
+        return Ok(());
+    };
+    let start = match ctx.nodes.get(&ObjectRef::new(node)) {
+        Some(cached) => Node::clone(&cached),
+        None => match ctx.writer.read_node(node).await? {
+            Some(read) => read,
+            None => return Ok(()),
+        },
+    };
+    let key = keys::node_state_key(&annotation.nodewright);
+    // `Believe`: a cache that does not show the record erroring yet costs at most a spurious Event.
+    ctx.writer
+        .write_node(&start, Unchanged::Believe, |current| {
+            let mut state = parse_state(current, &annotation.nodewright)?;
+            let mut entry = state.get(&annotation.name, &annotation.version)?.clone();
+            if entry.stage != annotation.stage || entry.state != Some(State::Erroring) {
+                return None;
+            }
+            entry.state = Some(State::InProgress);
+            entry.restarts = 0;
+            state.upsert(entry);
+            let mut edit = NodeEdit::default();
+            edit.annotate(key.clone(), state.to_annotation());
+            Some(edit)
+        })
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -343,6 +393,77 @@ mod tests {
                 "DELETE".to_owned(),
                 format!("/apis/batch/v1/namespaces/nodewright/jobs/{name}")
             )]
+        );
+    }
+
+    /// A running package Job whose live attempts failed (`(apply, erroring)`) is replaced by drift:
+    /// its record goes back to `in_progress`, so the next pass, which starts the stage again, sees
+    /// no cleared timeout (`StageTimeoutCleared` is only for a recorded timeout).
+    #[tokio::test]
+    async fn drift_resets_the_erroring_record_of_a_replaced_live_job() {
+        use nodewright_shared::node_state::{NodeState, PackageStatus, Stage};
+        let mut erroring = NodeState::default();
+        erroring.upsert(PackageStatus {
+            name: "a".into(),
+            version: "1.0.0".into(),
+            image: "example.com/pkg".into(),
+            container_sha: String::new(),
+            stage: Stage::Apply,
+            state: Some(State::Erroring),
+            restarts: 2,
+        });
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "resourceVersion": "7", "annotations": {
+                keys::node_state_key("nw"): erroring.to_annotation()}}});
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String, serde_json::Value)>>> =
+            Default::default();
+        let log = seen.clone();
+        let (client, server) = crate::writes::mock::serve(move |method, path, body| {
+            log.lock()
+                .expect("request log")
+                .push((method.to_string(), path.to_owned(), body));
+            match (method.as_str(), path) {
+                ("DELETE", p) if p.contains("/jobs/") => (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}),
+                ),
+                ("GET" | "PATCH", "/api/v1/nodes/n1") => (200, node.clone()),
+                _ => (404, crate::writes::mock::not_found()),
+            }
+        });
+        let ctx = Context::over(client);
+        let mut old = reboot_package("example.com/agent:1");
+        old.interrupt = None;
+        let nw = with_package(old.clone());
+        let job =
+            nodewright_core::jobs::build_package_job(&nodewright_core::jobs::PackageJobInput {
+                nodewright: &nw,
+                package_key: "a",
+                package: &old,
+                stage: Stage::Apply,
+                node: "n1",
+                node_order: 0,
+                config: &ctx.config.jobs,
+            })
+            .expect("package Job builds");
+        let changed = with_package(nodewright_shared::api::Package {
+            image: "example.com/fixed".into(),
+            ..old
+        });
+        let jobs = JobIndex::with_fleet([std::sync::Arc::new(StoredJob::of(&job))], &[]);
+        assert_eq!(
+            replace_drifted(&ctx, &changed, &jobs).await.expect("drift"),
+            1
+        );
+        drop(ctx);
+        server.abort();
+        let seen = seen.lock().expect("request log").clone();
+        let methods: Vec<&str> = seen.iter().map(|(m, _, _)| m.as_str()).collect();
+        assert_eq!(methods, ["DELETE", "GET", "PATCH"], "{seen:#?}");
+        let patch = seen[2].2.to_string();
+        assert!(
+            patch.contains(r#"\"state\":\"in_progress\""#) && !patch.contains("erroring"),
+            "{patch}"
         );
     }
 
