@@ -49,6 +49,24 @@ pub fn is_disrupted(pod: &StoredPod) -> bool {
         })
 }
 
+/// The kubelet refused the pod at admission (`OutOfcpu`, `NodeAffinity`, ...): Failed with no
+/// container status at all and not past its own deadline. Nothing of the package ran, so it is no
+/// attempt and holds no evidence of the stage.
+pub fn is_admission_rejection(pod: &StoredPod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    status.phase.as_deref() == Some("Failed")
+        && status.reason.as_deref() != Some(DEADLINE_EXCEEDED)
+        && status
+            .init_container_statuses
+            .iter()
+            .chain(status.container_statuses.iter())
+            .flatten()
+            .next()
+            .is_none()
+}
+
 /// The one genuine-failure predicate (DESIGN §4.4). A disrupted pod never failed genuinely. Otherwise
 /// the pod failed genuinely when it is Failed with reason `DeadlineExceeded` (its own time bound), or
 /// when any init or regular container's current state is terminated with a non-zero exit code that
