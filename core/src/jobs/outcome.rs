@@ -749,7 +749,11 @@ mod tests {
         let pods = counted_pods(&resumed(false), vec![killed.clone()]);
         assert_eq!(attempts(&pods), 0, "no erroring record from the live path");
         assert_eq!(
-            classify_job(&resumed(true), &[killed.clone()], RecordedEvidence::None),
+            classify_job(
+                &resumed(true),
+                std::slice::from_ref(&killed),
+                RecordedEvidence::None
+            ),
             JobOutcome::OnlyRejected,
             "a suspension kill never times a stage out"
         );
