@@ -799,8 +799,24 @@ pub(crate) mod tests {
             keys::NAME_LABEL.to_owned(),
             "other".to_owned(),
         )]));
-        let busy = JobIndex::with_fleet([], &[Arc::new(other)]);
+        let busy = JobIndex::with_fleet([], &[Arc::new(other.clone())]);
         let p = plan_node(&nw, "n1", &s, &busy, false);
+        assert!(p.create.is_empty(), "{:?}", creates(&p));
+        // Being deleted (foreground propagation keeps it until its pod, maybe still in its
+        // graceful shutdown, is gone), it still holds the interrupt.
+        let mut deleting = job("other-nw-job".into(), None, None);
+        deleting.metadata.labels = other.metadata.labels.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::with_fleet([], &[Arc::new(deleting)]),
+            false,
+        );
         assert!(p.create.is_empty(), "{:?}", creates(&p));
         // Another NodeWright's unfinished Job on another node does not hold this one.
         let mut elsewhere = job("other-nw-job".into(), None, None);
