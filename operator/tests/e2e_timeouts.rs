@@ -17,6 +17,10 @@
 //!     (the real Job controller suspends the Job) is not a failure; after resume the stage completes
 //!     in the same Job and nothing was ever recorded erroring.
 //!
+//! (e) A timed-out interrupt whose package is fixed at the same version (its agent image) runs
+//!     again: drift deletes the timed-out interrupt Job, `StageTimeoutCleared` is announced, the
+//!     rollout completes.
+//!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging, and
 //! orders are read from the objects' own timestamps.
 
@@ -485,6 +489,94 @@ async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
         .await
         .expect("the interrupt Job is kept");
     assert_eq!(still.metadata.uid, job.metadata.uid);
+}
+
+/// D4/D5 (issue 23): a timed-out interrupt is fixed by editing its package at the same version
+/// (a broken `agentImageOverride`): drift deletes the timed-out interrupt Job, the interrupt runs
+/// again from `in_progress` (a Normal `StageTimeoutCleared` says so) and the rollout completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("interrupt-fixed")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    // An interrupt run by the broken agent image never finishes; the fixed one succeeds.
+    let hook: JobHook = Arc::new(|job: &mut Job| {
+        let broken = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.image.as_deref().is_some_and(|i| i.contains("/broken")))
+            });
+        if job.labels().contains_key(keys::INTERRUPT_LABEL)
+            && broken
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::hang().apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
+    let mut rebooting = package("1.0.0", &[]);
+    rebooting.stage_timeout = Some("4s".into());
+    rebooting.agent_image_override = Some("example.com/agent/broken:1".into());
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let timed_out = wait_timed_out_job(cluster, &client, &ns).await;
+    assert!(
+        timed_out.labels().contains_key(keys::INTERRUPT_LABEL),
+        "{timed_out:?}"
+    );
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
+
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"boot": {"agentImageOverride": "example.com/agent/fixed:1"}}}}),
+    )
+    .await;
+    let cleared = wait_event(cluster, &client, &ns, "StageTimeoutCleared", "NodeWright").await;
+    let note = cleared.message.unwrap_or_default();
+    assert!(note.contains("stage [interrupt]"), "{note}");
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let r = node_state(&client, &node, &ns)
+        .await
+        .and_then(|s| s.get("boot", "1.0.0").cloned())
+        .expect("record");
+    assert_eq!(
+        (r.stage, r.state),
+        (Stage::PostInterrupt, Some(State::Complete))
+    );
+    // The timed-out Job went; no interrupt Job of the broken image is left.
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .expect("jobs listed")
+        .items;
+    assert!(
+        jobs.iter()
+            .all(|j| j.metadata.uid != timed_out.metadata.uid),
+        "the timed-out interrupt Job was replaced"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
