@@ -21,6 +21,10 @@
 //!     again: drift deletes the timed-out interrupt Job, `StageTimeoutCleared` is announced, the
 //!     rollout completes.
 //!
+//! (f) A deleted package Job whose pod is still shutting down keeps its node busy: another
+//!     NodeWright's interrupt waits until the pod is gone (Jobs are deleted with foreground
+//!     propagation).
+//!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging, and
 //! orders are read from the objects' own timestamps.
 
@@ -577,6 +581,148 @@ async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
             .all(|j| j.metadata.uid != timed_out.metadata.uid),
         "the timed-out interrupt Job was replaced"
     );
+}
+
+/// D6 (issue 23): a deleted package Job whose pod is still shutting down keeps its node busy: an
+/// interrupt of another NodeWright waits until the pod is gone. `b-gone`'s package `gone` is
+/// removed while its apply pod runs on a node that does not answer (`unreachable`): the pod stays
+/// Terminating, as one in a long `gracefulShutdown`. `a-boot`'s upgrade then wants its interrupt
+/// and must stay at `(config, complete)` until the node answers and the pod is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_an_interrupt_waits_for_a_deleted_jobs_pod_still_shutting_down() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("deleting")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let hook = fate_for("gone", "apply", PodFate::unreachable());
+    let operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
+    let (boot, gone) = (format!("{ns}-a-boot"), format!("{ns}-b-gone"));
+    let mut rebooting = package("1.0.0", &[]);
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_scoped(
+        &client,
+        &ns,
+        &boot,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    create_scoped(
+        &client,
+        &ns,
+        &gone,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([
+                ("gone".to_owned(), package("1.0.0", &[])),
+                ("keep".to_owned(), package("1.0.0", &[])),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &boot, Status::Complete).await;
+    let gone_pods = ListParams::default().labels(&format!("{}=gone-1.0.0", keys::PACKAGE_LABEL));
+    let pod = cluster
+        .wait_for("gone's apply pod", BOUND, || {
+            let (pods, lp) = (pods.clone(), gone_pods.clone());
+            async move {
+                Ok(pods
+                    .list(&lp)
+                    .await
+                    .map_err(|e| cluster.kube_error("pods".into(), e))?
+                    .items
+                    .into_iter()
+                    .next())
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The package goes: its running Job is deleted, its pod stays Terminating.
+    patch_nodewright(
+        &client,
+        &gone,
+        json!({"spec": {"packages": {"gone": null}}}),
+    )
+    .await;
+    cluster
+        .wait_for("gone's pod terminating", BOUND, || {
+            let pods = pods.clone();
+            let name = pod.name_any();
+            async move {
+                Ok(pods
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| cluster.kube_error("pod".into(), e))?
+                    .filter(|p| p.metadata.deletion_timestamp.is_some()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    patch_nodewright(
+        &client,
+        &boot,
+        json!({"spec": {"packages": {"boot": {"version": "1.0.1"}}}}),
+    )
+    .await;
+    let r = cluster
+        .wait_for("boot 1.0.1 at (config, complete) or past it", BOUND, || {
+            let (client, node, boot) = (client.clone(), node.clone(), boot.clone());
+            async move {
+                Ok(node_state(&client, &node, &boot)
+                    .await
+                    .and_then(|s| s.get("boot", "1.0.1").cloned())
+                    .filter(|r| {
+                        (r.stage == Stage::Config && r.state == Some(State::Complete))
+                            || r.stage.is_interrupt()
+                            || r.stage == Stage::PostInterrupt
+                    }))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (r.stage, r.state),
+        (Stage::Config, Some(State::Complete)),
+        "a-boot's interrupt started while b-gone's deleted Job's pod was still shutting down"
+    );
+    assert!(
+        pods.get_opt(&pod.name_any())
+            .await
+            .expect("pod read")
+            .is_some(),
+        "the pod is still there"
+    );
+    // The node answers again: the pod terminates and goes, and the interrupt runs.
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch(
+            &pod.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"labels": {"nodewright.test/fate": null}}}),
+            ),
+        )
+        .await
+        .expect("pod label removed");
+    wait_nodewright(cluster, &client, &boot, "1.0.1 complete", |nw| {
+        nw.status.as_ref().is_some_and(|s| {
+            s.status == Some(Status::Complete) && s.package_list.contains("boot:1.0.1")
+        })
+    })
+    .await;
+    wait_status(cluster, &client, &gone, Status::Complete).await;
+    operator.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

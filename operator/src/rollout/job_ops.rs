@@ -139,6 +139,11 @@ pub async fn replace_drifted(
     let mut hashes: BTreeMap<String, String> = BTreeMap::new();
     let mut interrupt_hashes: BTreeMap<String, String> = BTreeMap::new();
     for job in jobs.iter() {
+        // Being deleted already (foreground propagation keeps it until its pods are gone):
+        // deleting it again would only requeue the pass until then.
+        if job.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
         let interrupt = nodewright_core::jobs::outcome::is_interrupt_job(job);
         let finished = is_finished(job);
         let timed_out = recorded(job) == Some(Recorded::TimedOut);
@@ -372,6 +377,17 @@ mod tests {
         assert_eq!(
             replace_drifted(&ctx, &fixed, &jobs).await.expect("drift"),
             1
+        );
+        // Already being deleted (foreground): not deleted again, the pass is not requeued for it.
+        let mut deleting = timed_out.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let jobs = JobIndex::with_fleet([std::sync::Arc::new(deleting)], &[]);
+        assert_eq!(
+            replace_drifted(&ctx, &fixed, &jobs).await.expect("drift"),
+            0
         );
         // A running interrupt Job of the old package is left alone (it may be rebooting the node).
         let running = JobIndex::with_fleet(
