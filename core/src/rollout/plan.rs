@@ -623,6 +623,27 @@ pub(crate) mod tests {
         );
     }
 
+    /// An unrecorded Failed Job: its outcome is the outcome path's to record (timed out or
+    /// rejected); the plan neither deletes it nor reruns the stage, and the node's interrupt waits.
+    #[test]
+    fn an_unrecorded_failed_job_waits_for_its_outcome_and_holds_the_interrupt() {
+        let nw = nodewright(&[
+            ("a", package(&[], Some(InterruptType::Service))),
+            ("b", package(&[], Some(InterruptType::Service))),
+        ]);
+        let s = state(&[
+            entry("a", Stage::Config, State::Complete),
+            entry("b", Stage::Config, State::InProgress),
+        ]);
+        let jobs = JobIndex::new([package_job("b", Stage::Config, Some("Failed"), None)]);
+        for fresh in [false, true] {
+            let p = plan_node(&nw, "n1", &s, &jobs, fresh);
+            assert!(p.create.is_empty(), "{:?}", creates(&p));
+            assert!(p.delete.is_empty() && !p.stale && !p.timed_out);
+            assert_eq!(p.state, s);
+        }
+    }
+
     #[test]
     fn rerunning_over_a_recorded_job_needs_a_fresh_read() {
         let nw = nodewright(&[("a", package(&[], None))]);

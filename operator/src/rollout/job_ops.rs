@@ -483,6 +483,61 @@ mod tests {
         );
     }
 
+    /// The create-409 branch: a create that meets a Job of the same name reads it and deletes it
+    /// only when it is a finished, recorded complete or rejected run; a timed-out one (evidence) and
+    /// an unrecorded one stay. Either way the create itself succeeds (the next pass re-plans).
+    #[tokio::test]
+    async fn a_create_that_meets_an_existing_job_replaces_only_a_processed_one() {
+        let cases = [
+            (Some("complete"), "Complete", true),
+            (Some("rejected"), "Failed", true),
+            (Some("timed-out"), "Failed", false),
+            (None, "Failed", false),
+        ];
+        for (recorded, condition, replaced) in cases {
+            let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+            let log = seen.clone();
+            let existing = json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "j", "namespace": "nodewright",
+                    "annotations": recorded.map_or_else(|| json!({}),
+                        |r| json!({STATE_RECORDED: r}))},
+                "status": {"conditions": [{"type": condition, "status": "True"}]}});
+            let (client, server) = crate::writes::mock::serve(move |method, path, _| {
+                log.lock()
+                    .expect("request log")
+                    .push(format!("{method} {path}"));
+                match method.as_str() {
+                    "POST" => (
+                        409,
+                        json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                               "reason": "AlreadyExists", "code": 409}),
+                    ),
+                    "GET" => (200, existing.clone()),
+                    "DELETE" => (
+                        200,
+                        json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}),
+                    ),
+                    _ => (404, crate::writes::mock::not_found()),
+                }
+            });
+            let ctx = Context::over(client);
+            let mut job = Job::default();
+            job.metadata.name = Some("j".into());
+            create(&ctx, job)
+                .await
+                .expect("a create that meets an existing Job is fine");
+            drop(ctx);
+            server.abort();
+            let seen = seen.lock().expect("request log").clone();
+            let jobs = "/apis/batch/v1/namespaces/nodewright/jobs";
+            let mut want = vec![format!("POST {jobs}"), format!("GET {jobs}/j")];
+            if replaced {
+                want.push(format!("DELETE {jobs}/j"));
+            }
+            assert_eq!(seen, want, "{recorded:?} {condition}");
+        }
+    }
+
     #[test]
     fn a_create_that_meets_a_timed_out_job_keeps_the_evidence() {
         let failed =
