@@ -17,6 +17,14 @@
 //!     (the real Job controller suspends the Job) is not a failure; after resume the stage completes
 //!     in the same Job and nothing was ever recorded erroring.
 //!
+//! (e) A timed-out interrupt whose package is fixed at the same version (its agent image) runs
+//!     again: drift deletes the timed-out interrupt Job, `StageTimeoutCleared` is announced, the
+//!     rollout completes.
+//!
+//! (f) A deleted package Job whose pod is still shutting down keeps its node busy: another
+//!     NodeWright's interrupt waits until the pod is gone (Jobs are deleted with foreground
+//!     propagation).
+//!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging, and
 //! orders are read from the objects' own timestamps.
 
@@ -485,6 +493,236 @@ async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
         .await
         .expect("the interrupt Job is kept");
     assert_eq!(still.metadata.uid, job.metadata.uid);
+}
+
+/// D4/D5 (issue 23): a timed-out interrupt is fixed by editing its package at the same version
+/// (a broken `agentImageOverride`): drift deletes the timed-out interrupt Job, the interrupt runs
+/// again from `in_progress` (a Normal `StageTimeoutCleared` says so) and the rollout completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("interrupt-fixed")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    // An interrupt run by the broken agent image never finishes; the fixed one succeeds.
+    let hook: JobHook = Arc::new(|job: &mut Job| {
+        let broken = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.image.as_deref().is_some_and(|i| i.contains("/broken")))
+            });
+        if job.labels().contains_key(keys::INTERRUPT_LABEL)
+            && broken
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::hang().apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
+    let mut rebooting = package("1.0.0", &[]);
+    rebooting.stage_timeout = Some("4s".into());
+    rebooting.agent_image_override = Some("example.com/agent/broken:1".into());
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let timed_out = wait_timed_out_job(cluster, &client, &ns).await;
+    assert!(
+        timed_out.labels().contains_key(keys::INTERRUPT_LABEL),
+        "{timed_out:?}"
+    );
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
+
+    patch_nodewright(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"boot": {"agentImageOverride": "example.com/agent/fixed:1"}}}}),
+    )
+    .await;
+    let cleared = wait_event(cluster, &client, &ns, "StageTimeoutCleared", "NodeWright").await;
+    let note = cleared.message.unwrap_or_default();
+    assert!(note.contains("stage [interrupt]"), "{note}");
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let r = node_state(&client, &node, &ns)
+        .await
+        .and_then(|s| s.get("boot", "1.0.0").cloned())
+        .expect("record");
+    assert_eq!(
+        (r.stage, r.state),
+        (Stage::PostInterrupt, Some(State::Complete))
+    );
+    // The timed-out Job went; no interrupt Job of the broken image is left.
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .expect("jobs listed")
+        .items;
+    assert!(
+        jobs.iter()
+            .all(|j| j.metadata.uid != timed_out.metadata.uid),
+        "the timed-out interrupt Job was replaced"
+    );
+}
+
+/// D6 (issue 23): a deleted package Job whose pod is still shutting down keeps its node busy: an
+/// interrupt of another NodeWright waits until the pod is gone. `b-gone`'s package `gone` is
+/// removed while its apply pod runs on a node that does not answer (`unreachable`): the pod stays
+/// Terminating, as one in a long `gracefulShutdown`. `a-boot`'s upgrade then wants its interrupt
+/// and must stay at `(config, complete)` until the node answers and the pod is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_an_interrupt_waits_for_a_deleted_jobs_pod_still_shutting_down() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("deleting")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let hook = fate_for("gone", "apply", PodFate::unreachable());
+    let operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
+    let (boot, gone) = (format!("{ns}-a-boot"), format!("{ns}-b-gone"));
+    let mut rebooting = package("1.0.0", &[]);
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_scoped(
+        &client,
+        &ns,
+        &boot,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    create_scoped(
+        &client,
+        &ns,
+        &gone,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([
+                ("gone".to_owned(), package("1.0.0", &[])),
+                ("keep".to_owned(), package("1.0.0", &[])),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &boot, Status::Complete).await;
+    let gone_pods = ListParams::default().labels(&format!("{}=gone-1.0.0", keys::PACKAGE_LABEL));
+    let pod = cluster
+        .wait_for("gone's apply pod", BOUND, || {
+            let (pods, lp) = (pods.clone(), gone_pods.clone());
+            async move {
+                Ok(pods
+                    .list(&lp)
+                    .await
+                    .map_err(|e| cluster.kube_error("pods".into(), e))?
+                    .items
+                    .into_iter()
+                    .next())
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The package goes: its running Job is deleted, its pod stays Terminating.
+    patch_nodewright(
+        &client,
+        &gone,
+        json!({"spec": {"packages": {"gone": null}}}),
+    )
+    .await;
+    cluster
+        .wait_for("gone's pod terminating", BOUND, || {
+            let pods = pods.clone();
+            let name = pod.name_any();
+            async move {
+                Ok(pods
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| cluster.kube_error("pod".into(), e))?
+                    .filter(|p| p.metadata.deletion_timestamp.is_some()))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    patch_nodewright(
+        &client,
+        &boot,
+        json!({"spec": {"packages": {"boot": {"version": "1.0.1"}}}}),
+    )
+    .await;
+    let r = cluster
+        .wait_for("boot 1.0.1 at (config, complete) or past it", BOUND, || {
+            let (client, node, boot) = (client.clone(), node.clone(), boot.clone());
+            async move {
+                Ok(node_state(&client, &node, &boot)
+                    .await
+                    .and_then(|s| s.get("boot", "1.0.1").cloned())
+                    .filter(|r| {
+                        (r.stage == Stage::Config && r.state == Some(State::Complete))
+                            || r.stage.is_interrupt()
+                            || r.stage == Stage::PostInterrupt
+                    }))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (r.stage, r.state),
+        (Stage::Config, Some(State::Complete)),
+        "a-boot's interrupt started while b-gone's deleted Job's pod was still shutting down"
+    );
+    assert!(
+        pods.get_opt(&pod.name_any())
+            .await
+            .expect("pod read")
+            .is_some(),
+        "the pod is still there"
+    );
+    // The node answers again: the pod terminates and goes, and the interrupt runs.
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch(
+            &pod.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"labels": {"nodewright.test/fate": null}}}),
+            ),
+        )
+        .await
+        .expect("pod label removed");
+    wait_nodewright(cluster, &client, &boot, "1.0.1 complete", |nw| {
+        nw.status.as_ref().is_some_and(|s| {
+            s.status == Some(Status::Complete) && s.package_list.contains("boot:1.0.1")
+        })
+    })
+    .await;
+    wait_status(cluster, &client, &gone, Status::Complete).await;
+    operator.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,5 @@
-//! Drift: when an unfinished package Job no longer matches its package (DESIGN §4.4).
+//! Drift: when an unfinished package Job, or a timed-out one or timed-out interrupt Job, no longer
+//! matches its package (DESIGN §4.4).
 //!
 //! The builder stores a hash of exactly what the package's pods run on the Job, and the reconciler
 //! compares it with the hash of the current spec. In the hash: the images (package image reference and
@@ -72,6 +73,41 @@ pub fn package_template_hash(
         nodewright: nodewright.to_owned(),
         package: package_key.to_owned(),
         what: "drift hash inputs",
+        source,
+    })?;
+    Ok(format!("sha256:{}", hex(&Sha256::digest(json))))
+}
+
+/// What the owner's interrupt Job hash covers: the owner package's [`package_template_hash`] and its
+/// own `interrupt`.
+#[derive(Serialize)]
+struct InterruptInputs<'a> {
+    schema: u32,
+    package: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupt: Option<&'a nodewright_shared::api::Interrupt>,
+}
+
+/// `sha256:<hex>` stored on an interrupt Job: what its owner package was when the Job was built.
+/// Only a **timed-out** interrupt Job is compared with it (a running interrupt is never replaced: it
+/// may be rebooting the node). A change of the owner package (its image, agent image, env,
+/// resources, configMap, or its `interrupt`) then runs the interrupt again, as it does a package
+/// stage (docs/timeouts.md).
+pub fn interrupt_template_hash(
+    nodewright: &str,
+    owner_key: &str,
+    owner: &Package,
+    config: &JobConfig,
+) -> Result<String, JobBuildError> {
+    let inputs = InterruptInputs {
+        schema: HASH_SCHEMA,
+        package: package_template_hash(nodewright, owner_key, owner, config)?,
+        interrupt: owner.interrupt.as_ref(),
+    };
+    let json = serde_json::to_vec(&inputs).map_err(|source| JobBuildError::Serialize {
+        nodewright: nodewright.to_owned(),
+        package: owner_key.to_owned(),
+        what: "interrupt drift hash inputs",
         source,
     })?;
     Ok(format!("sha256:{}", hex(&Sha256::digest(json))))

@@ -319,7 +319,8 @@ const INTERRUPT_JOB: &str = r#"
   "kind": "Job",
   "metadata": {
     "annotations": {
-      "nodewright.nvidia.com/package": "{\"name\":\"dax\",\"version\":\"1.2.3\",\"nodewright\":\"gpu\",\"stage\":\"interrupt\",\"image\":\"ghcr.io/nvidia/dax\"}"
+      "nodewright.nvidia.com/package": "{\"name\":\"dax\",\"version\":\"1.2.3\",\"nodewright\":\"gpu\",\"stage\":\"interrupt\",\"image\":\"ghcr.io/nvidia/dax\"}",
+      "nodewright.nvidia.com/template-hash": "sha256:826981b8b9c0ab190d48e81c671db757f7b1e3b3affdf36b8f7b7bdb95570cfa"
     },
     "labels": {
       "nodewright.nvidia.com/interrupt": "True",

@@ -171,7 +171,11 @@ pub fn build_interrupt_job(input: &InterruptJobInput<'_>) -> Result<Job, JobBuil
         keys::INTERRUPT_LABEL.to_owned(),
         pod::INTERRUPT_LABEL_VALUE.to_owned(),
     );
+    let template_hash =
+        super::drift::interrupt_template_hash(&owner.name, owner_key, package, config)?;
     let annotations = BTreeMap::from([(keys::PACKAGE_ANNOTATION.to_owned(), annotation)]);
+    let mut job_annotations = annotations.clone();
+    job_annotations.insert(keys::TEMPLATE_HASH_ANNOTATION.to_owned(), template_hash);
 
     // The agent's mode is `interrupt` for both interrupt stages (upstream's contract).
     let container = Container {
@@ -216,7 +220,7 @@ pub fn build_interrupt_job(input: &InterruptJobInput<'_>) -> Result<Job, JobBuil
             name: Some(naming::interrupt_job_name(&owner.name, node)),
             namespace: Some(config.namespace.clone()),
             labels: Some(labels.clone()),
-            annotations: Some(annotations.clone()),
+            annotations: Some(job_annotations),
             owner_references: Some(vec![owner.reference()]),
             ..ObjectMeta::default()
         },

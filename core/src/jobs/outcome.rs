@@ -49,6 +49,24 @@ pub fn is_disrupted(pod: &StoredPod) -> bool {
         })
 }
 
+/// The kubelet refused the pod at admission (`OutOfcpu`, `NodeAffinity`, ...): Failed with no
+/// container status at all and not past its own deadline. Nothing of the package ran, so it is no
+/// attempt and holds no evidence of the stage.
+pub fn is_admission_rejection(pod: &StoredPod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    status.phase.as_deref() == Some("Failed")
+        && status.reason.as_deref() != Some(DEADLINE_EXCEEDED)
+        && status
+            .init_container_statuses
+            .iter()
+            .chain(status.container_statuses.iter())
+            .flatten()
+            .next()
+            .is_none()
+}
+
 /// The one genuine-failure predicate (DESIGN §4.4). A disrupted pod never failed genuinely. Otherwise
 /// the pod failed genuinely when it is Failed with reason `DeadlineExceeded` (its own time bound), or
 /// when any init or regular container's current state is terminated with a non-zero exit code that
@@ -88,6 +106,45 @@ pub fn terminated_with_failure(container: &StoredContainerStatus) -> bool {
                 && !(t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN)
                     && t.exit_code == CONTAINER_STATUS_UNKNOWN_EXIT_CODE)
         })
+}
+
+/// The last time the Job's `Suspended` condition changed (either way: suspended, or resumed).
+fn last_suspension_change(job: &StoredJob) -> Option<k8s_openapi::jiff::Timestamp> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Suspended")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
+/// The pod was killed by a suspension of its Job (pause), not by its package: it is being deleted
+/// and it was created before the Job's last `Suspended` change. The Job controller deletes the
+/// active pods of a suspended Job without a `DisruptionTarget`, and such a pod (exit 143 after
+/// SIGTERM, or 137 past its grace period) can still be terminating after the Job was resumed:
+/// counted, it would mark a stage that never failed erroring, or even time it out. A pod created
+/// after the last resume belongs to the resumed run and counts as any other.
+pub fn is_suspension_kill(job: &StoredJob, pod: &StoredPod) -> bool {
+    if pod.metadata.deletion_timestamp.is_none() {
+        return false;
+    }
+    let (Some(changed), Some(created)) = (
+        last_suspension_change(job),
+        pod.metadata.creation_timestamp.as_ref(),
+    ) else {
+        return false;
+    };
+    created.0 <= changed
+}
+
+/// The Job's pods whose outcome counts: all but those [`is_suspension_kill`] names.
+pub fn counted_pods(job: &StoredJob, pods: Vec<StoredPod>) -> Vec<StoredPod> {
+    pods.into_iter()
+        .filter(|p| !is_suspension_kill(job, p))
+        .collect()
 }
 
 /// Genuine failed attempts among a Job's pods: the `restarts` written with `(stage, erroring)`.
@@ -137,7 +194,8 @@ pub enum RecordedEvidence {
 
 /// Classifies a Job from its conditions, its (retained) pods and what the live path recorded:
 /// - `Complete=True` ⇒ [`JobOutcome::Succeeded`];
-/// - `Failed=True` with a genuine failure among the pods, or the node's entry for the stage already
+/// - `Failed=True` with a genuine failure among the pods (a pod killed by a suspension of the Job
+///   never is one, [`is_suspension_kill`]), or the node's entry for the stage already
 ///   erroring, or an interrupt Job's `DeadlineExceeded` ⇒ [`JobOutcome::TimedOut`] (rerunning a
 ///   stage that failed genuinely would loop);
 /// - `Failed=True` with no genuine evidence on either path ⇒ [`JobOutcome::OnlyRejected`];
@@ -163,7 +221,11 @@ pub fn classify_job(job: &StoredJob, pods: &[StoredPod], recorded: RecordedEvide
         if is_interrupt_job(job) && reason == Some(DEADLINE_EXCEEDED) {
             return JobOutcome::TimedOut;
         }
-        return if pods.iter().any(is_genuine_failure) || recorded == RecordedEvidence::Erroring {
+        let genuine = pods
+            .iter()
+            .filter(|p| !is_suspension_kill(job, p))
+            .any(is_genuine_failure);
+        return if genuine || recorded == RecordedEvidence::Erroring {
             JobOutcome::TimedOut
         } else {
             JobOutcome::OnlyRejected
@@ -653,6 +715,66 @@ mod tests {
             "deadline exceeded: the interrupt stage's time bound of 60s passed"
         );
         assert_eq!(attempt_limit(&interrupt), None);
+    }
+
+    /// A paused Job's pod killed by the suspension (exit 143, no `DisruptionTarget`) that is still
+    /// terminating after the resume is no genuine failure: it neither marks the stage erroring nor
+    /// times it out. A pod of the resumed run that fails does count.
+    #[test]
+    fn a_pod_killed_by_a_suspension_never_counts_after_the_resume() {
+        let resumed = |failed: bool| {
+            let mut conditions = vec![json!({"type": "Suspended", "status": "False",
+                "reason": "JobResumed", "lastTransitionTime": "2025-01-01T00:05:00Z"})];
+            if failed {
+                conditions.push(json!({"type": "Failed", "status": "True",
+                    "reason": "BackoffLimitExceeded"}));
+            }
+            job(json!({"metadata": {"name": "j"}, "status": {"conditions": conditions}}))
+        };
+        let sigterm = |name: &str, created: &str, deleted: Option<&str>| {
+            pod(json!({
+                "metadata": {"name": name, "creationTimestamp": created,
+                    "deletionTimestamp": deleted},
+                "status": {"phase": "Failed", "initContainerStatuses": [
+                    terminated("dax-apply", 143, "Error")]}
+            }))
+        };
+        // Killed by the suspension, still terminating after the resume at 00:05.
+        let killed = sigterm("old", "2025-01-01T00:01:00Z", Some("2025-01-01T00:05:30Z"));
+        assert!(
+            is_genuine_failure(&killed),
+            "143 alone looks like a failure"
+        );
+        assert!(is_suspension_kill(&resumed(false), &killed));
+        let pods = counted_pods(&resumed(false), vec![killed.clone()]);
+        assert_eq!(attempts(&pods), 0, "no erroring record from the live path");
+        assert_eq!(
+            classify_job(
+                &resumed(true),
+                std::slice::from_ref(&killed),
+                RecordedEvidence::None
+            ),
+            JobOutcome::OnlyRejected,
+            "a suspension kill never times a stage out"
+        );
+        // The resumed run's own failure counts (created after the resume), and so does a pod that
+        // failed on its own before the suspension and is not being deleted.
+        let own = sigterm("new", "2025-01-01T00:05:01Z", Some("2025-01-01T00:06:00Z"));
+        let before = sigterm("before", "2025-01-01T00:00:00Z", None);
+        for counted in [own, before] {
+            assert!(!is_suspension_kill(&resumed(false), &counted));
+            assert_eq!(
+                classify_job(
+                    &resumed(true),
+                    &[killed.clone(), counted],
+                    RecordedEvidence::None
+                ),
+                JobOutcome::TimedOut
+            );
+        }
+        // A Job never suspended: a deleted pod counts as it did.
+        let never = job(json!({"metadata": {"name": "j"}}));
+        assert!(!is_suspension_kill(&never, &killed));
     }
 
     #[test]

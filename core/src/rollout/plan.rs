@@ -158,7 +158,16 @@ pub fn plan_node(
                     Some(job) if !is_finished(job) => {}
                     Some(job) => match recorded(job) {
                         // The outcome path records it first.
-                        None | Some(Recorded::Rejected) => package_pending = true,
+                        None => package_pending = true,
+                        // Processed (only admission rejections): the outcome path deletes it right
+                        // after the mark, but that DELETE can fail or never be sent (5xx, a lost
+                        // term, a killed process), and nothing else would reconcile a recorded Job.
+                        // Deleting it throws away no evidence, so no fresh read is needed: the
+                        // stage then runs again instead of waiting for the failed-Job TTL.
+                        Some(Recorded::Rejected) => {
+                            package_pending = true;
+                            out.delete.push(job_name);
+                        }
                         Some(Recorded::TimedOut)
                             if at_stage.and_then(|r| r.state) == Some(State::Erroring) =>
                         {
@@ -261,12 +270,28 @@ fn interrupt_phase(
             None => {
                 // Lost (deleted, or the node was rebooted and the Job garbage-collected): recreate.
                 if let Some(merged) = merged_of(inside) {
+                    // A rerun starts in progress, as a package stage's does: an `erroring` record
+                    // (its timed-out Job expired or was deleted) would otherwise show the new run
+                    // as failing until it ends.
+                    let erroring = packages
+                        .get(&merged.owner)
+                        .and_then(|p| state.get(&merged.owner, &p.version))
+                        .is_some_and(|r| r.stage == stage && r.state == Some(State::Erroring));
+                    if erroring
+                        && let Some(r) = record(&merged.owner, nodewright, stage, State::InProgress)
+                    {
+                        out.state.upsert(r);
+                    }
                     out.create.push(Creation::Interrupt { merged, stage });
                 }
             }
             Some(job) if !is_finished(job) => {}
             Some(job) => match recorded(job) {
-                None | Some(Recorded::Rejected) => {}
+                None => {}
+                // Only rejected at admission and already processed: a DELETE after the mark that
+                // failed leaves it here; remove it so the interrupt runs again (see the package
+                // case in [`plan_node`]).
+                Some(Recorded::Rejected) => out.delete.push(interrupt_job.clone()),
                 Some(Recorded::TimedOut) => out.timed_out = true,
                 Some(Recorded::Complete) if fresh => out.delete.push(interrupt_job.clone()),
                 Some(Recorded::Complete) => out.stale = true,
@@ -538,6 +563,87 @@ pub(crate) mod tests {
         );
     }
 
+    /// D1: the outcome path marked a rejected-only Job (`state-recorded: rejected`) but its DELETE
+    /// failed. Nothing reconciles a recorded Job again, so the plan must delete it (from the cache:
+    /// it is no evidence), or the stage waits for the failed-Job TTL holding its slot.
+    #[test]
+    fn a_marked_rejected_only_job_whose_delete_failed_is_deleted_by_the_next_pass() {
+        let nw = nodewright(&[("a", package(&[], Some(InterruptType::Reboot)))]);
+        let s = state(&[entry("a", Stage::Apply, State::InProgress)]);
+        let rejected = package_job("a", Stage::Apply, Some("Failed"), Some(Recorded::Rejected));
+        let p = plan_node(&nw, "n1", &s, &JobIndex::new([rejected]), false);
+        assert_eq!(
+            p.delete,
+            vec![naming::package_job_name(
+                "nw",
+                "a",
+                "1.0.0",
+                Stage::Apply,
+                "n1"
+            )]
+        );
+        assert!(!p.stale && p.create.is_empty() && !p.timed_out);
+        assert_eq!(p.state, s, "the record stays in progress");
+
+        // The same for the node's interrupt Job.
+        let s = state(&[entry("a", Stage::Interrupt, State::InProgress)]);
+        let interrupt = job(
+            naming::interrupt_job_name("nw", "n1"),
+            Some("Failed"),
+            Some(Recorded::Rejected),
+        );
+        let p = plan_node(&nw, "n1", &s, &JobIndex::new([interrupt]), false);
+        assert_eq!(p.delete, vec![naming::interrupt_job_name("nw", "n1")]);
+        assert!(p.create.is_empty() && !p.timed_out);
+    }
+
+    /// D5: the interrupt Job of a timed-out interrupt went away (failed-Job TTL, a user deleting
+    /// it): the recreated Job's run starts `in_progress`, as a package stage's rerun does.
+    #[test]
+    fn a_recreated_interrupt_job_resets_an_erroring_record_to_in_progress() {
+        let nw = nodewright(&[
+            ("a", package(&[], Some(InterruptType::Reboot))),
+            ("b", package(&[], Some(InterruptType::Service))),
+        ]);
+        let mut owner = entry("a", Stage::Interrupt, State::Erroring);
+        owner.restarts = 3;
+        let s = state(&[owner, entry("b", Stage::Interrupt, State::Skipped)]);
+        let p = plan_node(&nw, "n1", &s, &JobIndex::default(), false);
+        assert_eq!(creates(&p), vec![("interrupt:a".into(), Stage::Interrupt)]);
+        assert_eq!(
+            p.state
+                .get("a", "1.0.0")
+                .map(|r| (r.stage, r.state, r.restarts)),
+            Some((Stage::Interrupt, Some(State::InProgress), 0))
+        );
+        assert_eq!(
+            p.state.get("b", "1.0.0").and_then(|r| r.state),
+            Some(State::Skipped),
+            "the merged packages stay skipped"
+        );
+    }
+
+    /// An unrecorded Failed Job: its outcome is the outcome path's to record (timed out or
+    /// rejected); the plan neither deletes it nor reruns the stage, and the node's interrupt waits.
+    #[test]
+    fn an_unrecorded_failed_job_waits_for_its_outcome_and_holds_the_interrupt() {
+        let nw = nodewright(&[
+            ("a", package(&[], Some(InterruptType::Service))),
+            ("b", package(&[], Some(InterruptType::Service))),
+        ]);
+        let s = state(&[
+            entry("a", Stage::Config, State::Complete),
+            entry("b", Stage::Config, State::InProgress),
+        ]);
+        let jobs = JobIndex::new([package_job("b", Stage::Config, Some("Failed"), None)]);
+        for fresh in [false, true] {
+            let p = plan_node(&nw, "n1", &s, &jobs, fresh);
+            assert!(p.create.is_empty(), "{:?}", creates(&p));
+            assert!(p.delete.is_empty() && !p.stale && !p.timed_out);
+            assert_eq!(p.state, s);
+        }
+    }
+
     #[test]
     fn rerunning_over_a_recorded_job_needs_a_fresh_read() {
         let nw = nodewright(&[("a", package(&[], None))]);
@@ -714,8 +820,24 @@ pub(crate) mod tests {
             keys::NAME_LABEL.to_owned(),
             "other".to_owned(),
         )]));
-        let busy = JobIndex::with_fleet([], &[Arc::new(other)]);
+        let busy = JobIndex::with_fleet([], &[Arc::new(other.clone())]);
         let p = plan_node(&nw, "n1", &s, &busy, false);
+        assert!(p.create.is_empty(), "{:?}", creates(&p));
+        // Being deleted (foreground propagation keeps it until its pod, maybe still in its
+        // graceful shutdown, is gone), it still holds the interrupt.
+        let mut deleting = job("other-nw-job".into(), None, None);
+        deleting.metadata.labels = other.metadata.labels.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::with_fleet([], &[Arc::new(deleting)]),
+            false,
+        );
         assert!(p.create.is_empty(), "{:?}", creates(&p));
         // Another NodeWright's unfinished Job on another node does not hold this one.
         let mut elsewhere = job("other-nw-job".into(), None, None);

@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
 use nodewright_core::jobs::outcome::{
-    CONTAINER_STATUS_UNKNOWN, is_disrupted, is_genuine_failure, terminated_with_failure,
+    CONTAINER_STATUS_UNKNOWN, is_admission_rejection, is_disrupted, is_genuine_failure,
+    terminated_with_failure,
 };
 use nodewright_core::jobs::stored::{StoredContainerStatus, StoredJob, StoredPod};
 use nodewright_shared::keys;
@@ -60,10 +61,13 @@ fn succeeded(status: &StoredContainerStatus) -> bool {
         .is_some_and(|t| t.exit_code == 0)
 }
 
-/// The stuck (or last failing) container of the latest attempt that the cluster did not disrupt:
-/// the first init container, then regular container, that did not succeed.
+/// The stuck (or last failing) container of the latest attempt that counts (one the cluster did
+/// not disrupt and the kubelet did not reject at admission: a rejected pod ran nothing of the
+/// package, so "never started: OutOfcpu" would point away from what failed): the first init
+/// container, then regular container, that did not succeed.
 pub fn stuck_container(pods: &[StoredPod]) -> Option<Stuck> {
-    let pod = pods.iter().filter(|p| !is_disrupted(p)).max_by(|a, b| {
+    let counts = |p: &&StoredPod| !is_disrupted(p) && !is_admission_rejection(p);
+    let pod = pods.iter().filter(counts).max_by(|a, b| {
         (&a.metadata.creation_timestamp, &a.metadata.name)
             .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
     })?;
@@ -364,6 +368,35 @@ mod tests {
                 message: None
             })
         );
+    }
+
+    /// D3: a timed-out Job whose last attempt was a kubelet admission rejection: the snapshot is
+    /// taken from the last attempt that counts, never from the rejected pod; with nothing but
+    /// rejections there is none.
+    #[test]
+    fn a_rejected_last_attempt_is_not_the_evidence() {
+        let failed = pod(json!({
+            "metadata": {"name": "ran", "creationTimestamp": "2025-01-01T00:00:00Z"},
+            "status": {"phase": "Failed", "initContainerStatuses": [
+                status("dax-init", json!({"terminated": {"exitCode": 0}})),
+                status("dax-apply", json!({"terminated": {"exitCode": 3, "reason": "Error"}})),
+            ]}
+        }));
+        let rejected = |name: &str| {
+            pod(json!({
+                "metadata": {"name": name, "creationTimestamp": "2025-01-01T00:09:00Z"},
+                "status": {"phase": "Failed", "reason": "OutOfcpu",
+                    "message": "Pod was rejected: Node didn't have enough resource: cpu"}
+            }))
+        };
+        assert_eq!(
+            stuck_container(&[failed, rejected("rejected")]),
+            Some(Stuck::Ran {
+                pod: "ran".into(),
+                container: "dax-apply".into()
+            })
+        );
+        assert_eq!(stuck_container(&[rejected("a"), rejected("b")]), None);
     }
 
     #[test]

@@ -25,8 +25,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use nodewright_core::jobs::PackageAnnotation;
 use nodewright_core::jobs::outcome::{
-    JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, evidence_to_prune,
-    is_interrupt_job, timeout_cause,
+    JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, counted_pods,
+    evidence_to_prune, is_interrupt_job, timeout_cause,
 };
 use nodewright_core::jobs::read::{Recorded, node_of, package_of, recorded};
 use nodewright_core::jobs::stored::{CONTROLLER_UID_LABEL, StoredJob, StoredPod};
@@ -157,6 +157,9 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
             .items;
         outcome = classify_job(job, &pods, evidence);
     }
+    // A pod a suspension (pause) killed is no attempt, even once the Job was resumed while it
+    // still terminates: it neither counts nor is kept or read as evidence.
+    let pods = counted_pods(job, pods);
     if outcome == JobOutcome::OnlyRejected && evidence == RecordedEvidence::None {
         // The rejected path deletes the Job and reruns the stage: believe "no genuine failure" only
         // from a fresh read of the node, since the cache may not show the live path's record yet.

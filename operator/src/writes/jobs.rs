@@ -1,4 +1,4 @@
-//! Job writes in the operator's namespace: create, delete (with its pods), and merge patches
+//! Job writes in the operator's namespace: create, delete (with its pods, foreground), and merge patches
 //! (suspend on pause, the `state-recorded` mark and TTL, the `last-logs` evidence).
 
 use k8s_openapi::api::batch::v1::Job;
@@ -23,15 +23,21 @@ impl Writer {
         Ok(self.jobs()?.create(&PostParams::default(), job).await?)
     }
 
-    /// Deletes the Job `name` and, in the background, its pods.
+    /// Deletes the Job `name` with foreground propagation: the Job stays (with its deletion
+    /// timestamp) until its pods are gone. A deleted Job's pod can still be shutting down (a
+    /// removed package's `gracefulShutdown`), and until it is, the Job must keep the node busy: a
+    /// node's interrupt (of any NodeWright) waits for every unfinished package Job on it
+    /// ([`nodewright_core::jobs::read::JobIndex`]), and with background propagation the Job left the
+    /// store at once, so another NodeWright's interrupt could reboot the node under that pod
+    /// (upstream deletes with foreground propagation too).
     pub async fn delete_job(&self, name: &str) -> Result<(), WriteError> {
         self.jobs()?
-            .delete(name, &DeleteParams::background())
+            .delete(name, &DeleteParams::foreground())
             .await?;
         Ok(())
     }
 
-    /// Deletes the Job `name` and its pods (background propagation); gone already is fine.
+    /// Deletes the Job `name` and its pods ([`Writer::delete_job`]); gone already is fine.
     pub async fn remove_job(&self, name: &str) -> Result<(), ReconcileError> {
         match self.delete_job(name).await {
             Ok(()) => {
@@ -67,5 +73,44 @@ impl Writer {
             .await
             .map_err(failed(format!("marking Job {name} as recorded")))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// D6: a Job is deleted with foreground propagation, so it stays in the Job store (an
+    /// unfinished package Job keeps its node busy) until its pods are gone.
+    #[tokio::test]
+    async fn jobs_are_deleted_with_foreground_propagation() {
+        let bodies: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Default::default();
+        let log = bodies.clone();
+        let (client, server) = super::super::mock::serve(move |method, path, body| {
+            if method == http::Method::DELETE && path.ends_with("/jobs/j") {
+                log.lock().expect("request log").push(body);
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Success"}),
+                )
+            } else {
+                (404, super::super::mock::not_found())
+            }
+        });
+        let writer = Writer::new(
+            client,
+            "nodewright",
+            tokio_util::sync::CancellationToken::new(),
+        );
+        writer.remove_job("j").await.expect("deleted");
+        drop(writer);
+        server.abort();
+        let bodies = bodies.lock().expect("request log").clone();
+        assert_eq!(bodies.len(), 1, "{bodies:?}");
+        assert_eq!(
+            bodies[0]["propagationPolicy"], "Foreground",
+            "{}",
+            bodies[0]
+        );
     }
 }
