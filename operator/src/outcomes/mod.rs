@@ -309,7 +309,7 @@ async fn announce_timeout(
         job.name_any(),
     );
     let related = crate::writes::job_ref(&ctx.config.jobs.namespace, &job.name_any());
-    if let Some(nodewright) = ctx.nodewrights.get(&ObjectRef::new(&annotation.nodewright)) {
+    if let Some(nodewright) = stored_or_read(ctx, &ctx.nodewrights, &annotation.nodewright).await {
         ctx.events
             .warn_on_nodewright(
                 &nodewright,
@@ -319,10 +319,37 @@ async fn announce_timeout(
             )
             .await;
     }
-    if let Some(node) = ctx.nodes.get(&ObjectRef::new(node)) {
+    if let Some(node) = stored_or_read(ctx, &ctx.nodes, node).await {
         ctx.events
             .warn_on_node(&node, STAGE_TIMED_OUT, note, Some(related))
             .await;
+    }
+}
+
+/// The cluster-scoped object `name` from its store, else read from the API. Right after a start
+/// (a new leader) the Job store can fill before the NodeWright and node stores do; a timeout is
+/// announced once (the recorded Job is not reconciled again), so skipping an object missing from a
+/// store still filling lost its Event for good (seen under load in e2e_timeouts).
+async fn stored_or_read<K>(
+    ctx: &Context,
+    store: &kube::runtime::reflector::Store<K>,
+    name: &str,
+) -> Option<Arc<K>>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if let Some(object) = store.get(&ObjectRef::new(name)) {
+        return Some(object);
+    }
+    match Api::<K>::all(ctx.client.clone()).get_opt(name).await {
+        Ok(object) => object.map(Arc::new),
+        Err(error) => {
+            warn!(%error, name, "cannot read the object of a timeout Event; the Event is not published");
+            None
+        }
     }
 }
 
