@@ -28,11 +28,14 @@
 //! 10. a reboot that never comes back within the interrupt's `stageTimeout` (the node held down)
 //!     ends timed out: the Job at its deadline, recorded once the node is back, a StageTimedOut
 //!     event; deleting the NodeWright releases the node;
+//! 10b. with `operator.reapplyOnReboot=true`, a reboot nobody asked NodeWright for (out of band)
+//!     makes the operator run the node's packages again on the new boot, each stage once per boot;
 //! 11. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
 //!     nothing behind.
 //!
 //! Runs when `NODEWRIGHT_IMAGES_DIR` is set (tests/images/build.sh; tests/run-all.sh sets it), as
-//! root. Without it the test says so and passes.
+//! root. Without it the test fails, unless `NODEWRIGHT_ALLOW_SKIP` names `real_node` (as
+//! tests/run-all.sh does when it is not root): then it says so, and the run counts the skip.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -126,6 +129,8 @@ async fn chart_and_package_stages_on_a_real_node() {
     t.service_interrupt_drains_under_a_pdb().await;
     t.reboot_interrupt_reboots_the_node().await;
     t.reboot_that_never_comes_back_times_out().await;
+    t.reapply_on_reboot_reruns_after_an_out_of_band_reboot()
+        .await;
     t.upgrade_then_uninstall().await;
 }
 
@@ -1424,6 +1429,119 @@ impl Real<'_> {
         self.wait_ready(&self.webhook, 2).await;
         self.wait(
             "2 ready webhook endpoints after the lost reboot",
+            || async { Ok((self.webhook_endpoints().await.len() == 2).then_some(())) },
+        )
+        .await;
+    }
+
+    /// Step 10b: `REAPPLY_ON_REBOOT` (the chart's `operator.reapplyOnReboot`, for ephemeral OS
+    /// images): a reboot no NodeWright asked for (out of band: the machine's own `reboot`, as an
+    /// administrator's or a kernel update's) makes the operator run the node's packages again, on
+    /// the new boot, to completion; nothing runs twice on one boot.
+    async fn reapply_on_reboot_reruns_after_an_out_of_band_reboot(&self) {
+        let values = self.work.path().join("values.json");
+        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../chart");
+        self.cluster
+            .helm(&[
+                "upgrade",
+                REL,
+                &chart.to_string_lossy(),
+                "-n",
+                &self.ns,
+                "-f",
+                &values.to_string_lossy(),
+                "--set=operator.reapplyOnReboot=true",
+            ])
+            .await
+            .expect("helm upgrade with reapplyOnReboot");
+        self.wait("2 ready operator pods with REAPPLY_ON_REBOOT", || async {
+            let pods = self.ready_pods(&self.operator).await;
+            Ok((pods.len() == 2
+                && pods.iter().all(|p| {
+                    p["spec"]["containers"][0]["env"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|e| e["name"] == "REAPPLY_ON_REBOOT" && e["value"] == "true")
+                }))
+            .then_some(()))
+        })
+        .await;
+
+        let name = "real-reapply";
+        let runs = self.host_dir.join("reapply-runs.log");
+        let record = |stage: &str| {
+            format!(
+                "echo \"{stage} $(cat /proc/sys/kernel/random/boot_id)\" >> {}",
+                runs.display()
+            )
+        };
+        let mut pkg = Self::package(&record("apply"));
+        pkg["configMap"] = json!({
+            "apply.sh": record("apply"),
+            "apply_check.sh": record("apply_check"),
+        });
+        self.apply(&self.nodewright(name, json!({"ra": pkg})))
+            .await
+            .expect("apply");
+        let old_boot = self.boot_id().await;
+        // Complete, and the boot it completed on recorded (what a reboot is detected against).
+        self.wait("ra complete with the node's boot ID recorded", || async {
+            let (_, state) = self.package_state(name, "ra").await;
+            let status = self.status(name).await;
+            Ok(
+                (state == "complete" && status["nodeBootIds"][&self.node] == old_boot.as_str())
+                    .then_some(()),
+            )
+        })
+        .await;
+
+        // Out of band: the node's supervisor is asked directly, as the node's own `reboot` does.
+        let boots_before = self.boots().len();
+        let request = self.node_dir().join("reboot-request");
+        let staged = self.node_dir().join("reboot-request.tmp");
+        std::fs::write(&staged, "reboot (out of band, real_node.rs)").expect("reboot request");
+        std::fs::rename(&staged, &request).expect("reboot request");
+        let boot = self
+            .wait("the node rebooted out of band (a new boot)", || async {
+                Ok(self.boots().get(boots_before).cloned())
+            })
+            .await;
+        let new_boot = boot.1;
+        assert_ne!(new_boot, old_boot, "the boot ID did not change");
+        self.wait("the kubelet reports the new boot ID", || async {
+            Ok((self.boot_id().await == new_boot).then_some(()))
+        })
+        .await;
+        self.wait("ra applied again on the new boot, complete", || async {
+            let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+            let (_, state) = self.package_state(name, "ra").await;
+            let status = self.status(name).await;
+            Ok((ran.contains(&format!("apply_check {new_boot}"))
+                && state == "complete"
+                && status["nodeBootIds"][&self.node] == new_boot.as_str())
+            .then_some(ran))
+        })
+        .await;
+        let ran = std::fs::read_to_string(&runs).expect("the stages' record");
+        assert_eq!(
+            ran.lines().collect::<Vec<_>>(),
+            [
+                format!("apply {old_boot}"),
+                format!("apply_check {old_boot}"),
+                format!("apply {new_boot}"),
+                format!("apply_check {new_boot}"),
+            ],
+            "each stage once per boot, again after the out-of-band reboot"
+        );
+        assert_eq!(self.boots().len(), boots_before + 1, "exactly one reboot");
+        eprintln!("real_node: REAPPLY_ON_REBOOT ran ra again on boot {new_boot}");
+
+        self.delete_nodewright(name).await;
+        self.wait_ready(&self.operator, 2).await;
+        self.wait_ready(&self.webhook, 2).await;
+        self.wait(
+            "2 ready webhook endpoints after the out-of-band reboot",
             || async { Ok((self.webhook_endpoints().await.len() == 2).then_some(())) },
         )
         .await;
