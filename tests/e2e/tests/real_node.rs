@@ -28,9 +28,9 @@
 //! 10. a reboot that never comes back within the interrupt's `stageTimeout` (the node held down)
 //!     ends timed out: the Job at its deadline, recorded once the node is back, a StageTimedOut
 //!     event; deleting the NodeWright releases the node;
-//! 10b. with `operator.reapplyOnReboot=true`, a reboot nobody asked NodeWright for (out of band)
+//! 11. with `operator.reapplyOnReboot=true`, a reboot nobody asked NodeWright for (out of band)
 //!     makes the operator run the node's packages again on the new boot, each stage once per boot;
-//! 11. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
+//! 12. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
 //!     nothing behind.
 //!
 //! Runs when `NODEWRIGHT_IMAGES_DIR` is set (tests/images/build.sh; tests/run-all.sh sets it), as
@@ -1434,7 +1434,7 @@ impl Real<'_> {
         .await;
     }
 
-    /// Step 10b: `REAPPLY_ON_REBOOT` (the chart's `operator.reapplyOnReboot`, for ephemeral OS
+    /// Step 11: `REAPPLY_ON_REBOOT` (the chart's `operator.reapplyOnReboot`, for ephemeral OS
     /// images): a reboot no NodeWright asked for (out of band: the machine's own `reboot`, as an
     /// administrator's or a kernel update's) makes the operator run the node's packages again, on
     /// the new boot, to completion; nothing runs twice on one boot.
@@ -1547,7 +1547,7 @@ impl Real<'_> {
         .await;
     }
 
-    /// Step 11: helm upgrade keeps admission and rotates nothing; helm uninstall leaves nothing.
+    /// Step 12: helm upgrade keeps admission and rotates nothing; helm uninstall leaves nothing.
     async fn upgrade_then_uninstall(&self) {
         let tls_before = self
             .secret(&format!("{REL}-nodewright-webhook-tls"), "tls.crt")
