@@ -12,7 +12,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+# Every step prints the run's elapsed time, so a CI log shows where the minutes go.
+started_at=$SECONDS
+step() { printf '\n==> [%4ds] %s\n' "$((SECONDS - started_at))" "$*" >&2; }
 
 step "building the local control plane (cached after the first run)"
 tests/controlplane/build.sh >&2
@@ -27,7 +29,7 @@ export NODEWRIGHT_SKIP_LOG
 report_skips() {
   local n
   n="$(wc -l < "$NODEWRIGHT_SKIP_LOG" | tr -d ' ')"
-  printf '\n==> %s test(s) skipped on purpose\n' "$n" >&2
+  printf '\n==> [%4ds] done; %s test(s) skipped on purpose\n' "$((SECONDS - started_at))" "$n" >&2
   cat "$NODEWRIGHT_SKIP_LOG" >&2
   rm -f "$NODEWRIGHT_SKIP_LOG"
 }

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 version=0.20.2
-root="${XDG_CACHE_HOME:-$HOME/.cache}/nodewright/tools/cargo-deny-${version}"
+root="${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/tools/cargo-deny-${version}"
 if [[ ! -x "$root/bin/cargo-deny" ]]; then
   echo "deny.sh: building cargo-deny ${version} from crates.io (cached after the first run)" >&2
   started=$(date +%s)
