@@ -25,6 +25,9 @@
 //!     NodeWright's interrupt waits until the pod is gone (Jobs are deleted with foreground
 //!     propagation).
 //!
+//! (g) A `stageTimeout` admission filled follows the operator's current `JOB_STAGE_TIMEOUT`; a
+//!     package's own value, and one changed since admission, stay theirs.
+//!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging, and
 //! orders are read from the objects' own timestamps.
 
@@ -851,4 +854,87 @@ async fn d_pausing_spends_no_attempt() {
         !ever_erroring.load(std::sync::atomic::Ordering::SeqCst),
         "the paused attempt was never recorded as a failure"
     );
+}
+
+/// (g) A `stageTimeout` admission filled (recorded in the NodeWright's
+/// `defaulted-stage-timeouts` annotation, as the webhook writes it) follows the operator's current
+/// `JOB_STAGE_TIMEOUT`; a package's own value, and a value changed since admission, stay theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g_a_stage_timeout_admission_filled_follows_the_operators_current_default() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("defaulted")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    // Admitted when the default was 1h: `filled` got it from the webhook, `changed` too but was set
+    // to 30m since, `own` set 45m itself. The operator now runs with a 7m default.
+    let mut env = operator_env(&ns, format!("operator-{ns}"), 0);
+    env.insert("JOB_STAGE_TIMEOUT", "7m".to_owned());
+    let _operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        None,
+        None,
+    );
+    let with_timeout = |value: &str| {
+        let mut p = package("1.0.0", &[]);
+        p.stage_timeout = Some(value.to_owned());
+        p
+    };
+    let mut nw = NodeWright::new(
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            priority: nodewright_shared::api::DEFAULT_PRIORITY,
+            packages: BTreeMap::from([
+                ("filled".to_owned(), with_timeout("1h")),
+                ("changed".to_owned(), with_timeout("30m")),
+                ("own".to_owned(), with_timeout("45m")),
+            ]),
+            ..NodeWrightSpec::default()
+        },
+    );
+    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.clone())]));
+    nw.metadata.annotations = Some(BTreeMap::from([(
+        keys::DEFAULTED_STAGE_TIMEOUTS_ANNOTATION.to_owned(),
+        r#"{"filled":"1h","changed":"1h"}"#.to_owned(),
+    )]));
+    Api::<NodeWright>::all(client.clone())
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("NodeWright created");
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}={ns}", keys::NAME_LABEL)))
+        .await
+        .expect("jobs")
+        .items;
+    let mut deadlines: BTreeMap<String, Vec<Option<i64>>> = BTreeMap::new();
+    for job in &jobs {
+        let package = job
+            .labels()
+            .get(keys::PACKAGE_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        let deadline = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.active_deadline_seconds);
+        deadlines.entry(package).or_default().push(deadline);
+    }
+    for (package, want) in [("filled", 420), ("changed", 1800), ("own", 2700)] {
+        let got = deadlines
+            .get(&format!("{package}-1.0.0"))
+            .unwrap_or_else(|| panic!("no Job of {package}: {deadlines:?}"));
+        assert!(
+            got.iter().all(|d| *d == Some(want)),
+            "{package}: every stage bounded by {want}s: {deadlines:?}"
+        );
+    }
 }

@@ -227,7 +227,7 @@ pub struct FieldDefault {
 }
 
 /// Escapes one JSON Pointer reference token (RFC 6901).
-fn escape_token(token: &str) -> String {
+pub(crate) fn escape_token(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 

@@ -70,6 +70,11 @@ pub fn cordon_key(nodewright: &str) -> String {
 /// claim uncordons it. It sits beside the claims rather than in their value, so operators and CLIs
 /// that only know `cordon_<name>: "true"` still read the claims as before.
 pub const CORDONED_BEFORE_ANNOTATION: &str = "nodewright.nvidia.com/cordonedBefore";
+/// NodeWright annotation: `{package: stageTimeout}` the webhook filled from the operator default;
+/// such a package follows the operator's current default while its value is unchanged
+/// ([`crate::defaulted`]).
+pub const DEFAULTED_STAGE_TIMEOUTS_ANNOTATION: &str =
+    "nodewright.nvidia.com/defaulted-stage-timeouts";
 
 /// Node annotation: the operator version that last migrated the node for this NodeWright.
 pub fn node_version_key(nodewright: &str) -> String {

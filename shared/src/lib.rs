@@ -4,6 +4,8 @@
 //! - [`node_state`]: the per-node package state kept in node annotations;
 //! - [`defaults`]: the operator defaults read from the environment, and the defaulting functions both
 //!   the mutating webhook and the operator apply;
+//! - [`defaulted`]: the record of the `stageTimeout`s admission filled, which keep following the
+//!   operator default;
 //! - [`duration`] and [`deadline`]: Go duration syntax and the `stageTimeout` → `activeDeadlineSeconds`
 //!   arithmetic with its int32 clamp;
 //! - [`keys`]: every label, annotation and finalizer key the product owns;
@@ -13,6 +15,7 @@
 pub mod api;
 pub mod crd;
 pub mod deadline;
+pub mod defaulted;
 pub mod defaults;
 pub mod duration;
 pub mod glob;

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodewright_e2e::{Cluster, ClusterOptions};
+use nodewright_shared::keys;
 use serde_json::Value;
 use support::{start_webhook, wait_ready, write_certs};
 
@@ -156,6 +157,32 @@ async fn kubectl_apply_is_defaulted_and_validated_by_the_webhook() {
         packages["driver-tools"]["image"],
         "registry.example.com:5000/driver-tools"
     );
+    // The filled one is recorded, so that a later JOB_STAGE_TIMEOUT reaches it; applying the same
+    // manifest again keeps the record, and a value the user sets ends it.
+    let record = |stored: &Value| {
+        stored["metadata"]["annotations"][keys::DEFAULTED_STAGE_TIMEOUTS_ANNOTATION].clone()
+    };
+    assert_eq!(record(&stored), r#"{"tuned":"1h"}"#, "{stored}");
+    cluster
+        .kubectl(&["apply", "-f", &nw.to_string_lossy()])
+        .await
+        .expect("applied again");
+    let stored = get_json(&cluster, &["get", "nw", "gpu-host-setup"]).await;
+    assert_eq!(record(&stored), r#"{"tuned":"1h"}"#, "{stored}");
+    cluster
+        .kubectl(&[
+            "patch",
+            "nw",
+            "gpu-host-setup",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"packages":{"tuned":{"stageTimeout":"20m"}}}}"#,
+        ])
+        .await
+        .expect("tuned's own stageTimeout");
+    let stored = get_json(&cluster, &["get", "nw", "gpu-host-setup"]).await;
+    assert_eq!(stored["spec"]["packages"]["tuned"]["stageTimeout"], "20m");
+    assert_eq!(record(&stored), "{}", "{stored}");
 
     // Every invalid example is refused with the message it names.
     let mut paths: Vec<_> = std::fs::read_dir(examples().join("invalid"))

@@ -99,7 +99,8 @@ async fn mutating_nodewright_fills_names_and_stage_timeouts_only() {
     assert_eq!(review["response"]["patchType"], "JSONPatch");
     let ops = decoded_patch(&review);
     let paths: Vec<&str> = ops.iter().filter_map(|o| o["path"].as_str()).collect();
-    // Three packages get their name; only tuned lacks a stageTimeout (the others set 15m and 45m).
+    // Three packages get their name; only tuned lacks a stageTimeout (the others set 15m and 45m),
+    // and the record of the filled one follows (docs/timeouts.md, "Changing the default").
     assert_eq!(
         paths,
         [
@@ -107,6 +108,7 @@ async fn mutating_nodewright_fills_names_and_stage_timeouts_only() {
             "/spec/packages/kernel-params/name",
             "/spec/packages/tuned/name",
             "/spec/packages/tuned/stageTimeout",
+            "/metadata/annotations/nodewright.nvidia.com~1defaulted-stage-timeouts",
         ]
     );
     assert!(
@@ -128,6 +130,10 @@ async fn mutating_nodewright_fills_names_and_stage_timeouts_only() {
         "15m"
     );
     assert_eq!(object["spec"]["packages"]["tuned"]["stageTimeout"], "1h");
+    assert_eq!(
+        object["metadata"]["annotations"]["nodewright.nvidia.com/defaulted-stage-timeouts"],
+        r#"{"tuned":"1h"}"#
+    );
     assert_eq!(
         object["spec"]["packages"]["driver-tools"]["image"],
         "registry.example.com:5000/driver-tools"

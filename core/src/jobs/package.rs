@@ -370,6 +370,45 @@ mod tests {
     }
 
     #[test]
+    fn a_stage_timeout_admission_filled_follows_the_current_default() {
+        // Admitted under JOB_STAGE_TIMEOUT=1h; the operator now runs with 2m.
+        let mut cfg = config();
+        cfg.defaults = nodewright_shared::defaults::OperatorDefaults::from_lookup(|var| {
+            (var == "JOB_STAGE_TIMEOUT").then(|| "2m".to_owned())
+        })
+        .expect("defaults");
+        let deadline = |stored: &str| {
+            let pkg = Package {
+                stage_timeout: Some(stored.to_owned()),
+                ..package()
+            };
+            let mut nw = nodewright();
+            nw.spec.packages.insert("dax".into(), pkg.clone());
+            nw.metadata.annotations = Some(BTreeMap::from([(
+                keys::DEFAULTED_STAGE_TIMEOUTS_ANNOTATION.to_owned(),
+                r#"{"dax":"1h"}"#.to_owned(),
+            )]));
+            build_package_job(&PackageJobInput {
+                nodewright: &nw,
+                package_key: "dax",
+                package: &pkg,
+                stage: Stage::Apply,
+                node: "node-1.example",
+                node_order: 0,
+                config: &cfg,
+            })
+            .map(|job| {
+                job.spec
+                    .and_then(|s| s.template.spec)
+                    .and_then(|p| p.active_deadline_seconds)
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert_eq!(deadline("1h"), Some(120), "unchanged since admission");
+        assert_eq!(deadline("30m"), Some(1800), "set by the user since");
+    }
+
+    #[test]
     fn bad_stage_timeouts_are_errors_naming_the_package() {
         for bad in ["-5m", "soon", "30"] {
             let pkg = Package {

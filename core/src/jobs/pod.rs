@@ -1,7 +1,7 @@
 //! The pieces package and interrupt Jobs share: owner, labels, the agent's environment and copy
 //! directory, images, tolerations, the main container, and the stage timeout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use nodewright_shared::api::{NodeWright, Package};
 use nodewright_shared::deadline::parse_stage_timeout;
+use nodewright_shared::defaulted;
 use nodewright_shared::defaults::OperatorDefaults;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::Stage;
@@ -44,6 +45,9 @@ pub(crate) struct Owner {
     pub name: String,
     pub uid: String,
     pub generation: i64,
+    /// The packages whose `stageTimeout` is the default admission filled and nobody changed since:
+    /// their Jobs get the operator's current default ([`nodewright_shared::defaulted`]).
+    pub follows_default: BTreeSet<String>,
 }
 
 impl Owner {
@@ -69,6 +73,7 @@ impl Owner {
             name,
             uid,
             generation,
+            follows_default: defaulted::following_default(nodewright),
         })
     }
 
@@ -171,7 +176,9 @@ impl Owner {
         ])
     }
 
-    /// The package's stage timeout: its `stageTimeout` when set, else the operator default. An
+    /// The package's stage timeout: its `stageTimeout` when set, else the operator default; also
+    /// the operator default when the value set is the one admission filled (so a changed
+    /// `JOB_STAGE_TIMEOUT` reaches the next Job of every package that never chose its own). An
     /// unparseable or negative value is an error; a too-large one is accepted (and clamped by
     /// `stage_deadline`).
     pub fn stage_timeout(
@@ -182,6 +189,9 @@ impl Owner {
     ) -> Result<Duration, JobBuildError> {
         match &package.stage_timeout {
             None => Ok(defaults.stage_timeout_duration),
+            Some(_) if self.follows_default.contains(package_name) => {
+                Ok(defaults.stage_timeout_duration)
+            }
             Some(value) => {
                 parse_stage_timeout(value).map_err(|source| JobBuildError::StageTimeout {
                     nodewright: self.name.clone(),

@@ -115,9 +115,12 @@ pub struct Package {
     /// kubelet never accepts (rejected at admission, e.g. OutOfcpu, or on a node whose kubelet
     /// never picks it up) never starts its attempt's clock: no stageTimeout bounds it, a rejection
     /// is not counted as a failure, and the stage runs again. Unset: the operator default
-    /// (`JOB_STAGE_TIMEOUT`, 1h unless configured), filled in at admission. `"0"`: no bound at all,
-    /// so a stage that hangs hangs until someone acts. At most 596523h14m7s (activeDeadlineSeconds
-    /// is an int32). A change applies to the next Job only; a running Job keeps its bound.
+    /// (`JOB_STAGE_TIMEOUT`, 1h unless configured), filled in at admission and recorded in the
+    /// annotation `nodewright.nvidia.com/defaulted-stage-timeouts`; while the value stays the one
+    /// filled, the package follows the operator's current default (a changed `JOB_STAGE_TIMEOUT`
+    /// reaches its next Job). `"0"`: no bound at all, so a stage that hangs hangs until someone
+    /// acts. At most 596523h14m7s (activeDeadlineSeconds is an int32). A change applies to the
+    /// next Job only; a running Job keeps its bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     #[schemars(extend("x-kubernetes-validations" = [

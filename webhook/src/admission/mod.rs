@@ -17,9 +17,8 @@ use json_patch::Patch;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, Resource};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
-use nodewright_shared::defaults::{
-    FieldDefault, OperatorDefaults, default_deployment_policy, default_nodewright,
-};
+use nodewright_shared::defaulted::default_nodewright_object;
+use nodewright_shared::defaults::{FieldDefault, OperatorDefaults, default_deployment_policy};
 use nodewright_shared::keys::GROUP;
 use serde::de::DeserializeOwned;
 
@@ -137,7 +136,7 @@ trait Admitted: DeserializeOwned + Resource<DynamicType = ()> {
 
 impl Admitted for NodeWright {
     fn fill_defaults(&mut self, defaults: &OperatorDefaults) -> Vec<FieldDefault> {
-        default_nodewright(&mut self.spec, defaults)
+        default_nodewright_object(self, defaults)
     }
 
     fn validate(

@@ -3,6 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodewright_shared::api::{MAX_DEPENDS_ON, MAX_PACKAGES, NodeWright};
+use nodewright_shared::defaulted;
 use nodewright_shared::keys::MAX_NODEWRIGHT_NAME_LEN;
 
 use super::cluster::ClusterView;
@@ -67,6 +68,9 @@ pub fn check(nw: &NodeWright, cluster: &dyn ClusterView, f: &mut Findings) {
                 name.len()
             ),
         );
+    }
+    if let Err(e) = defaulted::recorded(nw) {
+        f.error(defaulted::RECORD_PATH, e.to_string());
     }
     let spec = &nw.spec;
     let policy = spec.deployment_policy.as_deref().filter(|p| !p.is_empty());
@@ -197,6 +201,29 @@ mod tests {
         let mut unnamed = nodewright("x", []);
         unnamed.metadata.name = None;
         assert_ok(&unnamed);
+    }
+
+    #[test]
+    fn the_defaulted_stage_timeouts_record() {
+        let annotated = |text: &str| {
+            let mut nw = nodewright("nw", []);
+            nw.metadata.annotations = Some(
+                [(
+                    nodewright_shared::keys::DEFAULTED_STAGE_TIMEOUTS_ANNOTATION.to_owned(),
+                    text.to_owned(),
+                )]
+                .into(),
+            );
+            nw
+        };
+        assert_ok(&annotated(r#"{"a":"1h"}"#));
+        assert_ok(&annotated("{}"));
+        for bad in ["a=1h", r#"{"a":5}"#, "[]"] {
+            assert_err(
+                &annotated(bad),
+                "metadata.annotations[nodewright.nvidia.com/defaulted-stage-timeouts]: not a JSON object of package name to stageTimeout",
+            );
+        }
     }
 
     #[test]
