@@ -21,6 +21,15 @@
 //!     there (on a fake node of its own, so the taint blocks no other test).
 //! (k) autoTaintNewNodes: a new node is tainted before the rollout and untainted when it is done; a
 //!     second such NodeWright does not taint the node again.
+//!
+//! The races the outcome rules exist for (DESIGN §4.4), produced for real, each on a node of its own:
+//! (l) a create that meets an existing Job (AlreadyExists) keeps it: one Job, one attempt, recorded;
+//! (m) a Failed Job no operator recorded (the apiserver refused the mark, the operator was killed)
+//!     is recorded timed out by the next operator, from the Job as it finds it, and nothing reruns;
+//! (n) a rejected-only Job marked processed whose deletion was refused, then the operator killed:
+//!     the next operator deletes it and the stage runs again;
+//! (o) a version bump while an attempt runs stops it (its Job deleted, never counted) and installs
+//!     the new version fresh.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +50,7 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use prometheus_client::registry::Registry;
 use serde_json::json;
+use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
     node_state, on_nodes, operator_env, package, spawn_operator, wait_nodewright_gone, wait_status,
@@ -1314,4 +1324,334 @@ async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
         .delete(&name, &DeleteParams::default())
         .await
         .expect("node deleted");
+}
+
+/// The Jobs of namespace `ns` labelled `<package>-<version>` = `package` and stage `stage`.
+async fn jobs_of(client: &kube::Client, ns: &str, package: &str, stage: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!(
+            "{}={package},{}={stage}",
+            keys::PACKAGE_LABEL,
+            keys::STAGE_LABEL
+        )))
+        .await
+        .expect("jobs")
+        .items
+}
+
+/// The pods of the Job with this uid.
+async fn pods_of_job(client: &kube::Client, ns: &str, uid: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+        .await
+        .expect("pods")
+        .items
+}
+
+/// A fake node and a namespace of the test's own.
+async fn own_node(cluster: &Cluster, client: &kube::Client, prefix: &str) -> (String, String) {
+    let ns = cluster.create_namespace(prefix).await.expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(client, &node, &[], json!([])).await;
+    (ns, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l_a_create_that_meets_an_existing_job_keeps_it() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "conflict").await;
+    // Just before the operator creates the apply Job of `dup`, the same Job appears (as one created
+    // by an earlier term the Job store has not shown yet): the create meets AlreadyExists.
+    let existing: Arc<Mutex<Option<String>>> = Arc::default();
+    let hook: JobHook = {
+        let (api, slot) = (
+            Api::<Job>::namespaced(client.clone(), &ns),
+            existing.clone(),
+        );
+        Arc::new(move |job: &mut Job| {
+            let apply = job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply");
+            let mut slot = slot.lock().expect("slot");
+            if apply && job_package(job).as_deref() == Some("dup-1.0.0") && slot.is_none() {
+                let copy = job.clone();
+                let created = tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current()
+                        .block_on(api.create(&PostParams::default(), &copy))
+                });
+                *slot = Some(
+                    created
+                        .ok()
+                        .and_then(|j| j.metadata.uid)
+                        .unwrap_or_default(),
+                );
+            }
+        })
+    };
+    let _operator = start_operator(client.clone(), &ns, &ns, 0, Some(hook));
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("dup".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let existing = existing.lock().expect("slot").clone().unwrap_or_default();
+    assert!(
+        !existing.is_empty(),
+        "the Job was created ahead of the operator"
+    );
+    let applies = jobs_of(&client, &ns, "dup-1.0.0", "apply").await;
+    let uids: Vec<Option<String>> = applies.iter().map(|j| j.metadata.uid.clone()).collect();
+    assert_eq!(uids, [Some(existing.clone())], "the existing Job kept");
+    assert_eq!(
+        pods_of_job(&client, &ns, &existing).await.len(),
+        1,
+        "its one attempt, never replaced"
+    );
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let r = state.get("dup", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Config, Some(State::Complete), 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn m_a_failed_job_no_operator_recorded_is_recorded_by_the_next() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "unrecorded").await;
+    // The apiserver refuses every mark: the first operator sees the Job fail and cannot record it.
+    let block = JobWriteBlock::install(cluster, &client, &ns, Refused::Marking).await;
+    let hook = fate_for("lost", "apply", PodFate::fail());
+    let first = start_operator(client.clone(), &ns, &ns, 0, Some(hook.clone()));
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("lost".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let api: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let failed = cluster
+        .wait_for("the apply Job failed", BOUND, || async {
+            let jobs = jobs_of(&client, &ns, "lost-1.0.0", "apply").await;
+            Ok(jobs
+                .into_iter()
+                .find(|j| condition_time(j, "Failed").is_some()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    first.kill().await;
+    let uid = failed.metadata.uid.clone().expect("uid");
+    let name = failed.name_any();
+    let unmarked = api.get(&name).await.expect("the failed Job");
+    assert!(
+        !unmarked
+            .annotations()
+            .contains_key(keys::STATE_RECORDED_ANNOTATION),
+        "no operator recorded it"
+    );
+    block.lift(cluster, Refused::Marking).await;
+
+    // The next operator records the outcome from the Job as it finds it, and runs nothing again.
+    let _second = start_operator(client.clone(), &ns, &ns, 0, Some(hook));
+    let timed_out = wait_timed_out_job(cluster, &client, &ns).await;
+    assert_eq!(timed_out.metadata.uid.as_deref(), Some(uid.as_str()));
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let r = state.get("lost", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Apply, Some(State::Erroring), 1)
+    );
+    let applies = jobs_of(&client, &ns, "lost-1.0.0", "apply").await;
+    assert_eq!(applies.len(), 1, "nothing recreated");
+    assert_eq!(
+        pods_of_job(&client, &ns, &uid).await.len(),
+        1,
+        "one attempt"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_a_restart_between_marking_and_deleting_a_rejected_only_job_reruns_the_stage() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "mark-delete").await;
+    // The apiserver refuses every Job deletion: the first operator marks the rejected-only Job
+    // processed and cannot delete it.
+    let block = JobWriteBlock::install(cluster, &client, &ns, Refused::Delete).await;
+    // The first apply Job of `rej` is rejected by the kubelet (OutOfcpu); later ones run.
+    let created: Arc<Mutex<Vec<String>>> = Arc::default();
+    let hook: JobHook = {
+        let (log, first) = (created.clone(), Arc::new(AtomicUsize::new(0)));
+        Arc::new(move |job: &mut Job| {
+            let apply = job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply");
+            if apply && job_package(job).as_deref() == Some("rej-1.0.0") {
+                log.lock().expect("log").push(job.name_any());
+                if first.fetch_add(1, Ordering::SeqCst) == 0
+                    && let Some(spec) = job.spec.as_mut()
+                {
+                    PodFate::reject()
+                        .apply(spec.template.metadata.get_or_insert_with(Default::default));
+                }
+            }
+        })
+    };
+    let first = start_operator(client.clone(), &ns, &ns, 0, Some(hook.clone()));
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("rej".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let marked = cluster
+        .wait_for("the rejected-only Job marked processed", BOUND, || async {
+            let jobs = jobs_of(&client, &ns, "rej-1.0.0", "apply").await;
+            Ok(jobs.into_iter().find(|j| {
+                j.annotations()
+                    .get(keys::STATE_RECORDED_ANNOTATION)
+                    .map(String::as_str)
+                    == Some("rejected")
+            }))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    first.kill().await;
+    let uid = marked.metadata.uid.clone().expect("uid");
+    block.lift(cluster, Refused::Delete).await;
+
+    // The next operator deletes the marked Job and runs the stage again.
+    let _second = start_operator(client.clone(), &ns, &ns, 0, Some(hook));
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let applies = jobs_of(&client, &ns, "rej-1.0.0", "apply").await;
+    assert!(
+        applies
+            .iter()
+            .all(|j| j.metadata.uid.as_deref() != Some(uid.as_str())),
+        "the marked Job deleted"
+    );
+    assert_eq!(
+        created.lock().expect("log").len(),
+        2,
+        "the rejected apply ran again, once"
+    );
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let r = state.get("rej", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Config, Some(State::Complete), 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o_a_version_bump_mid_attempt_stops_it_and_installs_the_new_version() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "bump-mid").await;
+    // Version 1.0.0's apply hangs; 2.0.0 runs.
+    let hook: JobHook = Arc::new(|job: &mut Job| {
+        if job_package(job).as_deref() == Some("bump-1.0.0")
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::hang().apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    });
+    let _operator = start_operator(client.clone(), &ns, &ns, 0, Some(hook));
+    let mut bump = package("1.0.0", &[]);
+    bump.stage_timeout = Some("0".into());
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("bump".to_owned(), bump)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let old = cluster
+        .wait_for("version 1.0.0's attempt running", BOUND, || async {
+            for job in jobs_of(&client, &ns, "bump-1.0.0", "apply").await {
+                let uid = job.metadata.uid.clone().unwrap_or_default();
+                let running = pods_of_job(&client, &ns, &uid)
+                    .await
+                    .iter()
+                    .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+                if running {
+                    return Ok(Some(job));
+                }
+            }
+            Ok(None)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    Api::<NodeWright>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"packages": {"bump": {"version": "2.0.0"}}}})),
+        )
+        .await
+        .expect("version bumped");
+    let api = Api::<NodeWright>::all(client.clone());
+    cluster
+        .wait_for("version 2.0.0 complete", BOUND, || async {
+            let nw = api
+                .get(&ns)
+                .await
+                .map_err(|e| cluster.kube_error("get".into(), e))?;
+            Ok(nw
+                .status
+                .as_ref()
+                .is_some_and(|s| {
+                    s.status == Some(Status::Complete) && s.package_list == "bump:2.0.0"
+                })
+                .then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The old attempt was stopped, not counted: its Job goes, no record of 1.0.0 remains, and 2.0.0
+    // installed fresh (apply, config; no upgrade from a version that never completed).
+    cluster
+        .wait_for("version 1.0.0's Job gone", BOUND, || async {
+            let left = Api::<Job>::namespaced(client.clone(), &ns)
+                .get_opt(&old.name_any())
+                .await
+                .map_err(|e| cluster.kube_error("get".into(), e))?;
+            Ok(left.is_none().then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    assert!(state.get("bump", "1.0.0").is_none(), "{state:?}");
+    let r = state.get("bump", "2.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Config, Some(State::Complete), 0)
+    );
+    let stages: std::collections::BTreeSet<String> = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}=bump-2.0.0", keys::PACKAGE_LABEL)))
+        .await
+        .expect("jobs")
+        .items
+        .iter()
+        .filter_map(|j| j.labels().get(keys::STAGE_LABEL).cloned())
+        .collect();
+    assert_eq!(
+        stages,
+        ["apply", "config"].into_iter().map(str::to_owned).collect(),
+    );
 }

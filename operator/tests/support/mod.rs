@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod admin_http;
+pub mod job_write_block;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
