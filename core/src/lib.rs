@@ -22,3 +22,5 @@ pub mod naming;
 pub mod node;
 pub mod preview;
 pub mod rollout;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

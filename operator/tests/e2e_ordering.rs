@@ -47,7 +47,7 @@ use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, condition, create_fake_node, node_state, on_nodes, operator_env,
-    package, patch_nodewright, spawn_operator, wait_nodewright, wait_status,
+    own_node, package, patch_nodewright, spawn_operator, wait_nodewright, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
@@ -512,9 +512,7 @@ async fn b_with_sequencing_all_a_later_nodewright_waits_until_the_earlier_one_is
 async fn c_a_paused_earlier_nodewright_blocks_the_later_one_until_it_is_unpaused() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("paused").await.expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "paused").await;
     let (earlier, later) = (format!("{ns}-earlier"), format!("{ns}-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let (seen, watch) = watch_jobs(jobs.clone());
@@ -587,12 +585,7 @@ async fn c_a_paused_earlier_nodewright_blocks_the_later_one_until_it_is_unpaused
 async fn d_a_disabled_earlier_nodewright_holds_nothing_back_does_no_work_and_shows_disabled() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("disabled")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "disabled").await;
     let (earlier, later) = (format!("{ns}-earlier"), format!("{ns}-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let (seen, watch) = watch_jobs(jobs.clone());

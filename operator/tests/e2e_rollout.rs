@@ -53,8 +53,8 @@ use serde_json::json;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    node_state, on_nodes, operator_env, package, spawn_operator, wait_nodewright_gone, wait_status,
-    wait_timed_out_job,
+    node_state, on_nodes, operator_env, own_node, package, spawn_operator, wait_nodewright_gone,
+    wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -1346,14 +1346,6 @@ async fn pods_of_job(client: &kube::Client, ns: &str, uid: &str) -> Vec<Pod> {
         .await
         .expect("pods")
         .items
-}
-
-/// A fake node and a namespace of the test's own.
-async fn own_node(cluster: &Cluster, client: &kube::Client, prefix: &str) -> (String, String) {
-    let ns = cluster.create_namespace(prefix).await.expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(client, &node, &[], json!([])).await;
-    (ns, node)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,9 +36,8 @@ use serde_json::json;
 
 mod support;
 use support::{
-    BOUND, cluster, condition_is, create_fake_node, create_labelled_nodewright, node_state,
-    on_nodes, operator_env, package, spawn_operator, state_of, wait_event, wait_status,
-    wait_timed_out_job,
+    BOUND, cluster, condition_is, create_labelled_nodewright, node_state, on_nodes, operator_env,
+    own_node, package, spawn_operator, state_of, wait_event, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes the test's operator to its own NodeWright (distinct from the other suites).
@@ -68,9 +67,7 @@ fn interrupt_erroring(node: &Node, nw: &str) -> bool {
 async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_snapshot() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("stuck").await.expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "stuck").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 

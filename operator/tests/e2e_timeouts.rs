@@ -50,8 +50,8 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, node_state,
-    on_nodes, operator_env, package, patch_nodewright, spawn_operator, wait_event, wait_nodewright,
+    BOUND, Operator, cluster, create_labelled_nodewright, fate_for, node_state, on_nodes,
+    operator_env, own_node, package, patch_nodewright, spawn_operator, wait_event, wait_nodewright,
     wait_status, wait_timed_out_job,
 };
 
@@ -99,12 +99,7 @@ async fn a_the_live_paths_record_keeps_a_stage_timed_out_when_its_pods_are_gone_
  {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("gone-pods")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "gone-pods").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     // Pods of images named `.../hang` hang until their deadline; the fixed image succeeds.
@@ -320,13 +315,31 @@ async fn create_scoped(client: &kube::Client, ns: &str, name: &str, spec: NodeWr
         .expect("NodeWright created");
 }
 
+/// The NodeWright `name` on `node` with one package, `boot`, whose interrupt restarts containerd.
+async fn create_booting(client: &kube::Client, ns: &str, name: &str, node: &str) {
+    let mut rebooting = package("1.0.0", &[]);
+    rebooting.interrupt = Some(Interrupt {
+        kind: InterruptType::Service,
+        services: vec!["containerd".into()],
+    });
+    create_scoped(
+        client,
+        ns,
+        name,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[node]),
+            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_node() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("gating").await.expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "gating").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let (seen, watch) = watch_jobs(jobs.clone());
     // `b-slow`'s apply takes a while; everything else succeeds at once.
@@ -335,22 +348,7 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
     // `a-boot` comes first (same priority, name order): it completes on the node before `b-slow`
     // starts there, and does not wait for `b-slow` when it changes later.
     let (boot, slow) = (format!("{ns}-a-boot"), format!("{ns}-b-slow"));
-    let mut rebooting = package("1.0.0", &[]);
-    rebooting.interrupt = Some(Interrupt {
-        kind: InterruptType::Service,
-        services: vec!["containerd".into()],
-    });
-    create_scoped(
-        &client,
-        &ns,
-        &boot,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_booting(&client, &ns, &boot, &node).await;
     create_scoped(
         &client,
         &ns,
@@ -428,12 +426,7 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
 async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("interrupt-timeout")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "interrupt-timeout").await;
     // The interrupt never finishes: only its Job's deadline (the stage bound) ends it.
     let hook: JobHook = Arc::new(|job: &mut Job| {
         if job.labels().contains_key(keys::INTERRUPT_LABEL)
@@ -505,12 +498,7 @@ async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
 async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("interrupt-fixed")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "interrupt-fixed").await;
     // An interrupt run by the broken agent image never finishes; the fixed one succeeds.
     let hook: JobHook = Arc::new(|job: &mut Job| {
         let broken = job
@@ -595,32 +583,12 @@ async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
 async fn f_an_interrupt_waits_for_a_deleted_jobs_pod_still_shutting_down() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("deleting")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "deleting").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let hook = fate_for("gone", "apply", PodFate::unreachable());
     let operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
     let (boot, gone) = (format!("{ns}-a-boot"), format!("{ns}-b-gone"));
-    let mut rebooting = package("1.0.0", &[]);
-    rebooting.interrupt = Some(Interrupt {
-        kind: InterruptType::Service,
-        services: vec!["containerd".into()],
-    });
-    create_scoped(
-        &client,
-        &ns,
-        &boot,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_booting(&client, &ns, &boot, &node).await;
     create_scoped(
         &client,
         &ns,
@@ -732,12 +700,7 @@ async fn f_an_interrupt_waits_for_a_deleted_jobs_pod_still_shutting_down() {
 async fn d_pausing_spends_no_attempt() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("pause-budget")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "pause-budget").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     // Every version of the node's state for this NodeWright: was `steady` ever erroring?
@@ -863,12 +826,7 @@ async fn d_pausing_spends_no_attempt() {
 async fn g_a_stage_timeout_admission_filled_follows_the_operators_current_default() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("defaulted")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-n0");
-    create_fake_node(&client, &node, &[], json!([])).await;
+    let (ns, node) = own_node(cluster, &client, "defaulted").await;
     // Admitted when the default was 1h: `filled` got it from the webhook, `changed` too but was set
     // to 30m since, `own` set 45m itself. The operator now runs with a 7m default.
     let mut env = operator_env(&ns, format!("operator-{ns}"), 0);

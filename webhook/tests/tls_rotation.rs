@@ -309,15 +309,15 @@ where
     }
 }
 
-/// The kube-apiserver talks to webhooks over HTTP/1.1 and keeps idle connections for 90 s; an idle
-/// keep-alive connection must outlive the (short) header-read timeout, or the apiserver's next
-/// request on it races the server's close and fails.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let ca = ca();
+/// The webhook's TLS server on a free 127.0.0.1 port with a certificate signed by `ca` and
+/// `read_timeout` for request heads; it stops when the returned sender sends `true` (the directory
+/// holds the certificate files).
+async fn serve_signed_by(
+    ca: &Ca,
+    read_timeout: Duration,
+) -> (std::net::SocketAddr, watch::Sender<bool>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key, _) = leaf(&ca, "webhook");
+    let (cert, key, _) = leaf(ca, "webhook");
     kubelet_publish(dir.path(), 0, &cert, &key);
     let certs = CertStore::new();
     tls::load_files(
@@ -331,7 +331,6 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop_tx, stop_rx) = watch::channel(false);
-    let read_timeout = Duration::from_millis(500);
     tokio::spawn(serve_tls(
         listener,
         Arc::new(tls::server_config(certs).expect("tls config")),
@@ -343,19 +342,39 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
         },
         stop_rx,
     ));
+    (addr, stop_tx, dir)
+}
 
+/// A TLS connection to `addr` that trusts `ca_pem` and offers the one ALPN protocol `alpn`.
+async fn connect_trusting(
+    ca_pem: &str,
+    addr: std::net::SocketAddr,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.expect("ca pem")).expect("root");
     }
     let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
-    let mut tls = connector.connect(name, tcp).await.expect("handshake");
+    connector.connect(name, tcp).await.expect("handshake")
+}
+
+/// The kube-apiserver talks to webhooks over HTTP/1.1 and keeps idle connections for 90 s; an idle
+/// keep-alive connection must outlive the (short) header-read timeout, or the apiserver's next
+/// request on it races the server's close and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = ca();
+    let read_timeout = Duration::from_millis(500);
+    let (addr, stop_tx, _dir) = serve_signed_by(&ca, read_timeout).await;
+    let mut tls = connect_trusting(&ca.pem, addr, b"http/1.1").await;
     let body = validate_body();
     assert_eq!(exchange(&mut tls, &body).await, "http/1.1 200 ok");
     // Idle for four header-read timeouts, as between two admissions on a quiet cluster.
@@ -377,50 +396,9 @@ async fn a_silent_client_is_closed_after_the_read_timeout_not_the_idle_one() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let _ = rustls::crypto::ring::default_provider().install_default();
     let ca = ca();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key, _) = leaf(&ca, "webhook");
-    kubelet_publish(dir.path(), 0, &cert, &key);
-    let certs = CertStore::new();
-    tls::load_files(
-        &certs,
-        &dir.path().join("tls.crt"),
-        &dir.path().join("tls.key"),
-    )
-    .await
-    .expect("certificate");
-    let state = app_state(&certs);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (stop_tx, stop_rx) = watch::channel(false);
     let read_timeout = Duration::from_millis(300);
-    tokio::spawn(serve_tls(
-        listener,
-        Arc::new(tls::server_config(certs).expect("tls config")),
-        router(state, 8 << 20, Duration::from_secs(10)),
-        Limits {
-            read_timeout,
-            shutdown_grace: Duration::from_secs(1),
-            max_connections: nodewright_webhook::server::DEFAULT_MAX_CONNECTIONS,
-        },
-        stop_rx,
-    ));
-    let connect = |alpn: &'static [u8]| {
-        let ca_pem = ca.pem.clone();
-        async move {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-                roots.add(c.expect("ca pem")).expect("root");
-            }
-            let mut config = rustls::ClientConfig::builder()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![alpn.to_vec()];
-            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-            let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
-            connector.connect(name, tcp).await.expect("handshake")
-        }
-    };
+    let (addr, stop_tx, _dir) = serve_signed_by(&ca, read_timeout).await;
+    let connect = |alpn: &'static [u8]| connect_trusting(&ca.pem, addr, alpn);
     // Reads until the server closes; false if it is still open after a bound far below the idle
     // timeout (a bound on a hang, not a measurement: the deadline is 300 ms).
     async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(tls: &mut S) -> bool {

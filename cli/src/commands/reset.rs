@@ -169,21 +169,14 @@ pub async fn run_dp(ctx: &Ctx, args: &DpResetArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node(unschedulable: bool, annotations: Value) -> Node {
-        serde_json::from_value(json!({
-            "metadata": {"name": "n", "resourceVersion": "1", "annotations": annotations},
-            "spec": {"unschedulable": unschedulable},
-        }))
-        .expect("node")
-    }
+    use nodewright_core::testing::node_with as node;
 
     #[test]
     fn a_reset_releases_the_claim_but_never_an_administrators_cordon() {
         let claim = keys::cordon_key("gpu");
         let admin = node(
             true,
-            json!({claim.clone(): "true", keys::CORDONED_BEFORE_ANNOTATION: "true"}),
+            &[(&claim, "true"), (keys::CORDONED_BEFORE_ANNOTATION, "true")],
         );
         let edit = reset_node_edit(&admin, "gpu");
         assert_eq!(edit.annotations.get(&claim), Some(&None));
@@ -192,7 +185,7 @@ mod tests {
             Some(&None)
         );
         assert_eq!(edit.unschedulable, None, "the administrator's cordon stays");
-        let ours = node(true, json!({claim.clone(): "true"}));
+        let ours = node(true, &[(&claim, "true")]);
         assert_eq!(reset_node_edit(&ours, "gpu").unschedulable, Some(false));
     }
 }

@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Container;
 use nodewright_shared::api::{Interrupt, InterruptType, NodeWright, Package};
 use nodewright_shared::deadline::stage_deadline;
 use nodewright_shared::keys;
@@ -199,51 +198,30 @@ pub fn build_interrupt_job(input: &InterruptJobInput<'_>) -> Result<Job, JobBuil
     // Upstream also declared an unused node-metadata ConfigMap volume here, under a name that did not
     // match the real ConfigMap; it is left out (a missing ConfigMap volume can hold a pod in
     // ContainerCreating).
-    let pod_spec = PodSpec {
-        node_name: Some(node.to_owned()),
-        restart_policy: Some("OnFailure".to_owned()),
-        host_pid: Some(true),
-        host_network: Some(true),
-        init_containers: Some(vec![container]),
-        containers: vec![pod::pause_container(config)],
-        volumes: Some(vec![pod::root_volume()]),
-        tolerations: Some(pod::tolerations(nodewright, config)),
-        image_pull_secrets: pod::image_pull_secrets(config),
-        // No API token on a privileged host pod (see the package Job).
-        automount_service_account_token: Some(false),
-        service_account_name: pod::service_account(config),
-        ..PodSpec::default()
-    };
+    let pod_spec = pod::host_pod_spec(
+        nodewright,
+        config,
+        node,
+        "OnFailure",
+        vec![container],
+        vec![pod::root_volume()],
+    );
 
-    Ok(Job {
-        metadata: ObjectMeta {
-            name: Some(naming::interrupt_job_name(&owner.name, node)),
-            namespace: Some(config.namespace.clone()),
-            labels: Some(labels.clone()),
-            annotations: Some(job_annotations),
-            owner_references: Some(vec![owner.reference()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(JobSpec {
-            completions: Some(1),
-            parallelism: Some(1),
-            backoff_limit: Some(i32::MAX),
-            active_deadline_seconds: stage_deadline(timeout).map(i64::from),
-            // A replacement pod (after a deletion or eviction) starts only when the old one is gone:
-            // two interrupts must never run on one node at once.
-            pod_replacement_policy: Some("Failed".to_owned()),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    annotations: Some(annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod_spec),
+    Ok(owner.job(
+        config,
+        pod::NodeJob {
+            name: naming::interrupt_job_name(&owner.name, node),
+            labels,
+            job_annotations,
+            pod_annotations: annotations,
+            pod_spec,
+            spec: JobSpec {
+                backoff_limit: Some(i32::MAX),
+                active_deadline_seconds: stage_deadline(timeout).map(i64::from),
+                ..JobSpec::default()
             },
-            ..JobSpec::default()
-        }),
-        status: None,
-    })
+        },
+    ))
 }
 
 #[cfg(test)]

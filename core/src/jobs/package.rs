@@ -13,11 +13,9 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, PodSpec, PodTemplateSpec, ResourceRequirements, Volume,
-    VolumeMount,
+    ConfigMapVolumeSource, Container, PodSpec, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodewright_shared::api::{NodeWright, Package, PackageResources};
 use nodewright_shared::deadline::stage_deadline;
 use nodewright_shared::duration::GoDuration;
@@ -157,59 +155,33 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
     }
 
     let pod_spec = PodSpec {
-        node_name: Some(node.to_owned()),
-        restart_policy: Some("Never".to_owned()),
         active_deadline_seconds: stage_deadline(timeout).map(i64::from),
-        host_pid: Some(true),
-        host_network: Some(true),
-        init_containers: Some(vec![copy, run, check]),
-        containers: vec![pod::pause_container(config)],
-        volumes: Some(volumes),
-        tolerations: Some(pod::tolerations(nodewright, config)),
-        image_pull_secrets: pod::image_pull_secrets(config),
         termination_grace_period_seconds: grace,
-        // A package runs as root on the host; it has no business with the Kubernetes API, and a
-        // token mounted here would be readable by every package (DESIGN: safe by default).
-        automount_service_account_token: Some(false),
-        service_account_name: pod::service_account(config),
-        ..PodSpec::default()
+        ..pod::host_pod_spec(
+            nodewright,
+            config,
+            node,
+            "Never",
+            vec![copy, run, check],
+            volumes,
+        )
     };
 
-    Ok(Job {
-        metadata: ObjectMeta {
-            name: Some(naming::package_job_name(
-                &owner.name,
-                package_key,
-                version,
-                stage,
-                node,
-            )),
-            namespace: Some(config.namespace.clone()),
-            labels: Some(labels.clone()),
-            annotations: Some(job_annotations),
-            owner_references: Some(vec![owner.reference()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(JobSpec {
-            completions: Some(1),
-            parallelism: Some(1),
-            backoff_limit: Some(config.defaults.backoff_limit),
-            // A replacement starts only once the failed pod is gone: two attempts never share the
-            // host copy directory, and a terminating pod is not double-counted.
-            pod_replacement_policy: Some("Failed".to_owned()),
-            pod_failure_policy: Some(disruptions_spend_no_attempt()),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    annotations: Some(pod_annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod_spec),
+    Ok(owner.job(
+        config,
+        pod::NodeJob {
+            name: naming::package_job_name(&owner.name, package_key, version, stage, node),
+            labels,
+            job_annotations,
+            pod_annotations,
+            pod_spec,
+            spec: JobSpec {
+                backoff_limit: Some(config.defaults.backoff_limit),
+                pod_failure_policy: Some(disruptions_spend_no_attempt()),
+                ..JobSpec::default()
             },
-            ..JobSpec::default()
-        }),
-        status: None,
-    })
+        },
+    ))
 }
 
 /// The one podFailurePolicy rule: a pod the cluster disrupted (preemption, eviction, node shutdown,

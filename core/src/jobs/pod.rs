@@ -4,12 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, LocalObjectReference, ResourceRequirements, SecurityContext, Toleration,
-    Volume, VolumeMount,
+    Container, EnvVar, LocalObjectReference, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use nodewright_shared::api::{NodeWright, Package};
 use nodewright_shared::deadline::parse_stage_timeout;
 use nodewright_shared::defaulted;
@@ -201,6 +202,85 @@ impl Owner {
                 })
             }
         }
+    }
+}
+
+/// What differs between a package Job and an interrupt Job around the same host pod.
+pub(crate) struct NodeJob {
+    /// The Job's deterministic name.
+    pub name: String,
+    /// Labels of the Job and its pods.
+    pub labels: BTreeMap<String, String>,
+    /// The Job's annotations (the pods' plus the template hash).
+    pub job_annotations: BTreeMap<String, String>,
+    /// The pods' annotations.
+    pub pod_annotations: BTreeMap<String, String>,
+    /// The pod spec ([`host_pod_spec`] plus what the kind adds).
+    pub pod_spec: PodSpec,
+    /// The Job spec's own fields (backoff, deadline, failure policy); the template is set here.
+    pub spec: JobSpec,
+}
+
+impl Owner {
+    /// The Job: owned by the NodeWright (controller reference), in the operator namespace, one
+    /// completion at a time, and a replacement pod only once the failed one is gone (two attempts
+    /// never share the host copy directory, two interrupts never run on one node at once, and a
+    /// terminating pod is not double-counted).
+    pub fn job(&self, config: &JobConfig, parts: NodeJob) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                name: Some(parts.name),
+                namespace: Some(config.namespace.clone()),
+                labels: Some(parts.labels.clone()),
+                annotations: Some(parts.job_annotations),
+                owner_references: Some(vec![self.reference()]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(JobSpec {
+                completions: Some(1),
+                parallelism: Some(1),
+                pod_replacement_policy: Some("Failed".to_owned()),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(parts.labels),
+                        annotations: Some(parts.pod_annotations),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(parts.pod_spec),
+                },
+                ..parts.spec
+            }),
+            status: None,
+        }
+    }
+}
+
+/// The pod every NodeWright Job runs: pinned to its node, host PID and network, the pause container
+/// after `init_containers`, the NodeWright's tolerations, the pull secret, and the package
+/// ServiceAccount with no API token: a package runs as root on the host, it has no business with
+/// the Kubernetes API, and a token mounted here would be readable by every package (DESIGN: safe by
+/// default).
+pub fn host_pod_spec(
+    nodewright: &NodeWright,
+    config: &JobConfig,
+    node: &str,
+    restart_policy: &str,
+    init_containers: Vec<Container>,
+    volumes: Vec<Volume>,
+) -> PodSpec {
+    PodSpec {
+        node_name: Some(node.to_owned()),
+        restart_policy: Some(restart_policy.to_owned()),
+        host_pid: Some(true),
+        host_network: Some(true),
+        init_containers: Some(init_containers),
+        containers: vec![pause_container(config)],
+        volumes: Some(volumes),
+        tolerations: Some(tolerations(nodewright, config)),
+        image_pull_secrets: image_pull_secrets(config),
+        automount_service_account_token: Some(false),
+        service_account_name: service_account(config),
+        ..PodSpec::default()
     }
 }
 

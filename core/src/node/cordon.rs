@@ -136,6 +136,7 @@ pub fn holding_pods(pods: &[Pod], selector: Option<&LabelSelector>) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::node_with;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::json;
 
@@ -226,20 +227,6 @@ mod tests {
         let mut edit = NodeEdit::default();
         uncordon(&mut edit, &node(&[(&theirs, "true")]), "a");
         assert_eq!(edit, NodeEdit::default());
-    }
-
-    /// A node with `resourceVersion` 1, cordoned when `unschedulable`, with `annotations`.
-    fn node_with(unschedulable: bool, annotations: &[(&str, &str)]) -> Node {
-        serde_json::from_value(json!({
-            "metadata": {
-                "name": "n",
-                "resourceVersion": "1",
-                "annotations": annotations.iter().map(|(k, v)| ((*k).to_owned(), json!(v)))
-                    .collect::<serde_json::Map<_, _>>(),
-            },
-            "spec": {"unschedulable": unschedulable},
-        }))
-        .expect("node")
     }
 
     /// The node after `edit`, as the apiserver would apply the patch the writer sends.

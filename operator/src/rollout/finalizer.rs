@@ -106,27 +106,19 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn node(unschedulable: bool, annotations: Value) -> Node {
-        serde_json::from_value(json!({
-            "metadata": {"name": "n", "resourceVersion": "1", "annotations": annotations},
-            "spec": {"unschedulable": unschedulable},
-        }))
-        .expect("node")
-    }
+    use nodewright_core::testing::node_with as node;
 
     #[test]
     fn deletion_releases_the_claim_but_never_an_administrators_cordon() {
         let claim = keys::cordon_key("gone");
         let admin = node(
             true,
-            json!({claim.clone(): "true", keys::CORDONED_BEFORE_ANNOTATION: "true"}),
+            &[(&claim, "true"), (keys::CORDONED_BEFORE_ANNOTATION, "true")],
         );
         let edit = cleanup_edit(&admin, "gone");
         assert_eq!(edit.annotations.get(&claim), Some(&None));
         assert_eq!(edit.unschedulable, None, "the administrator's cordon stays");
-        let ours = node(true, json!({claim.clone(): "true"}));
+        let ours = node(true, &[(&claim, "true")]);
         assert_eq!(cleanup_edit(&ours, "gone").unschedulable, Some(false));
     }
 }

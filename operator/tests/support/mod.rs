@@ -236,6 +236,14 @@ pub async fn wait_status(
     .await
 }
 
+/// A namespace (named after `prefix`) and a fake node `<namespace>-n0` of a test's own.
+pub async fn own_node(cluster: &Cluster, client: &kube::Client, prefix: &str) -> (String, String) {
+    let ns = cluster.create_namespace(prefix).await.expect("namespace");
+    let node = format!("{ns}-n0");
+    create_fake_node(client, &node, &[], serde_json::json!([])).await;
+    (ns, node)
+}
+
 /// Creates a fake node `name` of a test's own (kwok manages nodes annotated
 /// `kwok.x-k8s.io/node=fake`), labelled `kubernetes.io/hostname=<name>` and `type=kwok` plus
 /// `labels`, with `taints` (a JSON list, `[]` for none).

@@ -290,6 +290,54 @@ impl Real<'_> {
             .collect()
     }
 
+    /// The chart's pods ready again (restarted in place after a reboot of the node) and both
+    /// webhook replicas behind the Service, before the next step.
+    async fn wait_services_back(&self, after: &str) {
+        self.wait_ready(&self.operator, 2).await;
+        self.wait_ready(&self.webhook, 2).await;
+        self.wait(&format!("2 ready webhook endpoints {after}"), || async {
+            Ok((self.webhook_endpoints().await.len() == 2).then_some(()))
+        })
+        .await;
+    }
+
+    /// `helm upgrade` with the test's values plus `set` (`--set=...`); returns once both operator
+    /// pods run with `env` (name, value), i.e. the upgrade rolled them.
+    async fn upgrade_operator(&self, set: &str, env: (&str, &str)) {
+        let values = self.work.path().join("values.json");
+        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../chart");
+        self.cluster
+            .helm(&[
+                "upgrade",
+                REL,
+                &chart.to_string_lossy(),
+                "-n",
+                &self.ns,
+                "-f",
+                &values.to_string_lossy(),
+                set,
+            ])
+            .await
+            .unwrap_or_else(|e| panic!("helm upgrade {set}: {e}"));
+        let (name, value) = env;
+        self.wait(
+            &format!("2 ready operator pods with {name}={value}"),
+            || async {
+                let pods = self.ready_pods(&self.operator).await;
+                Ok((pods.len() == 2
+                    && pods.iter().all(|p| {
+                        p["spec"]["containers"][0]["env"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|e| e["name"] == name && e["value"] == value)
+                    }))
+                .then_some(()))
+            },
+        )
+        .await;
+    }
+
     async fn wait_ready(&self, deployment: &str, replicas: usize) -> Vec<Value> {
         self.wait(
             &format!("{replicas} ready pods of {deployment}"),
@@ -1325,12 +1373,7 @@ impl Real<'_> {
         self.delete_nodewright(name).await;
         self.stop_workload().await;
         // The chart's pods are back (restarted in place after the reboot) before the next step.
-        self.wait_ready(&self.operator, 2).await;
-        self.wait_ready(&self.webhook, 2).await;
-        self.wait("2 ready webhook endpoints after the reboot", || async {
-            Ok((self.webhook_endpoints().await.len() == 2).then_some(()))
-        })
-        .await;
+        self.wait_services_back("after the reboot").await;
     }
 
     /// Step 10: A reboot that never comes back within the interrupt's `stageTimeout`: the node
@@ -1425,13 +1468,7 @@ impl Real<'_> {
             Ok((n["spec"]["unschedulable"] != true).then_some(()))
         })
         .await;
-        self.wait_ready(&self.operator, 2).await;
-        self.wait_ready(&self.webhook, 2).await;
-        self.wait(
-            "2 ready webhook endpoints after the lost reboot",
-            || async { Ok((self.webhook_endpoints().await.len() == 2).then_some(())) },
-        )
-        .await;
+        self.wait_services_back("after the lost reboot").await;
     }
 
     /// Step 11: `REAPPLY_ON_REBOOT` (the chart's `operator.reapplyOnReboot`, for ephemeral OS
@@ -1439,33 +1476,10 @@ impl Real<'_> {
     /// administrator's or a kernel update's) makes the operator run the node's packages again, on
     /// the new boot, to completion; nothing runs twice on one boot.
     async fn reapply_on_reboot_reruns_after_an_out_of_band_reboot(&self) {
-        let values = self.work.path().join("values.json");
-        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../chart");
-        self.cluster
-            .helm(&[
-                "upgrade",
-                REL,
-                &chart.to_string_lossy(),
-                "-n",
-                &self.ns,
-                "-f",
-                &values.to_string_lossy(),
-                "--set=operator.reapplyOnReboot=true",
-            ])
-            .await
-            .expect("helm upgrade with reapplyOnReboot");
-        self.wait("2 ready operator pods with REAPPLY_ON_REBOOT", || async {
-            let pods = self.ready_pods(&self.operator).await;
-            Ok((pods.len() == 2
-                && pods.iter().all(|p| {
-                    p["spec"]["containers"][0]["env"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|e| e["name"] == "REAPPLY_ON_REBOOT" && e["value"] == "true")
-                }))
-            .then_some(()))
-        })
+        self.upgrade_operator(
+            "--set=operator.reapplyOnReboot=true",
+            ("REAPPLY_ON_REBOOT", "true"),
+        )
         .await;
 
         let name = "real-reapply";
@@ -1538,13 +1552,8 @@ impl Real<'_> {
         eprintln!("real_node: REAPPLY_ON_REBOOT ran ra again on boot {new_boot}");
 
         self.delete_nodewright(name).await;
-        self.wait_ready(&self.operator, 2).await;
-        self.wait_ready(&self.webhook, 2).await;
-        self.wait(
-            "2 ready webhook endpoints after the out-of-band reboot",
-            || async { Ok((self.webhook_endpoints().await.len() == 2).then_some(())) },
-        )
-        .await;
+        self.wait_services_back("after the out-of-band reboot")
+            .await;
     }
 
     /// Step 12: helm upgrade keeps admission and rotates nothing; helm uninstall leaves nothing.
@@ -1552,34 +1561,8 @@ impl Real<'_> {
         let tls_before = self
             .secret(&format!("{REL}-nodewright-webhook-tls"), "tls.crt")
             .await;
-        let values = self.work.path().join("values.json");
-        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../chart");
-        self.cluster
-            .helm(&[
-                "upgrade",
-                REL,
-                &chart.to_string_lossy(),
-                "-n",
-                &self.ns,
-                "-f",
-                &values.to_string_lossy(),
-                "--set=operator.logLevel=debug",
-            ])
-            .await
-            .expect("helm upgrade");
-        self.wait("the upgraded operator pods ready", || async {
-            let pods = self.ready_pods(&self.operator).await;
-            Ok((pods.len() == 2
-                && pods.iter().all(|p| {
-                    p["spec"]["containers"][0]["env"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|e| e["name"] == "LOG_LEVEL" && e["value"] == "debug")
-                }))
-            .then_some(()))
-        })
-        .await;
+        self.upgrade_operator("--set=operator.logLevel=debug", ("LOG_LEVEL", "debug"))
+            .await;
         let load = self.admission_loop();
         tokio::time::sleep(Duration::from_secs(5)).await;
         load.finish("after helm upgrade");
