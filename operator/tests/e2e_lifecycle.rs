@@ -153,6 +153,14 @@ async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
     for node in &nodes {
         assert_eq!(count(&created, "cfg", "config", node), 1);
     }
+    let first_hash = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}=config", keys::STAGE_LABEL)))
+        .await
+        .expect("jobs")
+        .items
+        .first()
+        .and_then(template_hash);
+    assert!(first_hash.is_some(), "the first config Job carries its hash");
 
     // A key no configInterrupt matches: config only, on every node.
     patch_nodewright(
@@ -217,6 +225,14 @@ async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
             .and_then(|d| d.get("settings"))
             .map(String::as_str),
         Some("a=2")
+    );
+    // The reruns were built from the new content (their template hash covers the ConfigMap's).
+    let rerun_hashes: std::collections::BTreeSet<Option<String>> =
+        config_jobs.iter().map(template_hash).collect();
+    assert_eq!(rerun_hashes.len(), 1, "one content on every node");
+    assert!(
+        !rerun_hashes.contains(&first_hash),
+        "the reruns carry the updated content's hash, not the first config's"
     );
 
     // A key matched by the service configInterrupt: config, then the interrupt, then post-interrupt.
@@ -720,6 +736,13 @@ async fn cancelling_an_uninstall_installs_again() {
         "{:?}",
         uninstalls.iter().map(|j| j.name_any()).collect::<Vec<_>>()
     );
+}
+
+/// The Job's template hash (what its pods run, the package ConfigMap's content included).
+fn template_hash(job: &Job) -> Option<String> {
+    job.annotations()
+        .get(keys::TEMPLATE_HASH_ANNOTATION)
+        .cloned()
 }
 
 /// The ConfigMap a Job's pods mount as `volume`.
