@@ -65,6 +65,10 @@ pub struct Context {
     /// a rollout pass is already in the store that pass reads) and trimmed of managed fields. It
     /// replaces a LIST of a NodeWright's Jobs on every pass; see [`Context::jobs_synced`].
     pub jobs: Store<StoredJob>,
+    /// The Job controller's `FailedCreate` Events about the operator's Jobs, trimmed
+    /// ([`crate::runtime::failed_create_feed`]): a Job that never had a pod and has one is a stage
+    /// whose pods cannot be created ([`crate::outcomes::not_created`]).
+    pub failed_creates: Store<k8s_openapi::api::core::v1::Event>,
     /// True once the Job store has listed: before that an empty store would read as "no Job yet",
     /// and a pass would start stages that already ran.
     pub jobs_synced: tokio::sync::watch::Receiver<bool>,
@@ -166,6 +170,7 @@ impl Context {
             pods: kube::runtime::reflector::store().0,
             nodewrights: kube::runtime::reflector::store().0,
             jobs: kube::runtime::reflector::store().0,
+            failed_creates: kube::runtime::reflector::store().0,
             jobs_synced: synced(),
             policies: kube::runtime::reflector::store().0,
             policies_synced: synced(),

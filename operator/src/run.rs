@@ -134,6 +134,8 @@ pub async fn run_instrumented(
         let (pod_store, pod_writer) = reflector::store::<StoredPod>();
         let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
         let (job_store, job_writer) = reflector::store::<StoredJob>();
+        let (failed_create_store, failed_create_writer) =
+            reflector::store::<k8s_openapi::api::core::v1::Event>();
         let (jobs_synced_tx, jobs_synced) = watch::channel(false);
         let (policy_store, policy_writer) = reflector::store::<DeploymentPolicy>();
         let policies_synced = synced_flag(policy_store.clone(), || {});
@@ -144,6 +146,7 @@ pub async fn run_instrumented(
             pods: pod_store,
             nodewrights: nodewright_store,
             jobs: job_store,
+            failed_creates: failed_create_store,
             jobs_synced,
             policies: policy_store,
             policies_synced,
@@ -176,6 +179,7 @@ pub async fn run_instrumented(
                 nodewrights: nodewright_writer,
                 pods: pod_writer,
                 jobs: job_writer,
+                failed_creates: failed_create_writer,
                 jobs_synced: jobs_synced_tx,
                 policies: policy_writer,
             },
@@ -247,6 +251,7 @@ struct Writers {
     nodewrights: reflector::store::Writer<NodeWright>,
     pods: reflector::store::Writer<StoredPod>,
     jobs: reflector::store::Writer<StoredJob>,
+    failed_creates: reflector::store::Writer<k8s_openapi::api::core::v1::Event>,
     /// Turned true by the Job watch once the Job store has listed.
     jobs_synced: watch::Sender<bool>,
     policies: reflector::store::Writer<DeploymentPolicy>,
@@ -350,9 +355,14 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     // The pod watch feeds both the outcome controller (pod events map to their Job) and the store of
     // genuinely failed attempts the reconciler reads for running Jobs.
     let pods = crate::runtime::pod_feed::pod_feed(
-        Api::<StoredPod>::namespaced(client, &namespace),
+        Api::<StoredPod>::namespaced(client.clone(), &namespace),
         owned.clone(),
         writers.pods,
+    );
+    // A Job whose pods cannot be created shows only in the Job controller's FailedCreate Events.
+    let failed_creates = crate::runtime::failed_create_feed::failed_create_feed(
+        Api::namespaced(client, &namespace),
+        writers.failed_creates,
     );
     // A pod maps to its Job by its controller owner reference (kept as `StoredPod::job`).
     let outcomes = Controller::for_shared_stream(feed.outcomes, ctx.jobs.clone())
@@ -360,6 +370,15 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             let namespace = pod.metadata.namespace.clone().unwrap_or_default();
             pod.job
                 .map(|job| ObjectRef::<StoredJob>::new(&job).within(&namespace))
+        })
+        .watches_stream(failed_creates, {
+            let namespace = namespace.clone();
+            move |event: k8s_openapi::api::core::v1::Event| {
+                event
+                    .involved_object
+                    .name
+                    .map(|job| ObjectRef::<StoredJob>::new(&job).within(&namespace))
+            }
         })
         .graceful_shutdown_on(ctx.term.clone().cancelled_owned())
         .run(outcomes::reconcile, outcomes::error_policy, ctx.clone())

@@ -160,7 +160,10 @@ async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
         .items
         .first()
         .and_then(template_hash);
-    assert!(first_hash.is_some(), "the first config Job carries its hash");
+    assert!(
+        first_hash.is_some(),
+        "the first config Job carries its hash"
+    );
 
     // A key no configInterrupt matches: config only, on every node.
     patch_nodewright(

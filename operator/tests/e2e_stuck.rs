@@ -11,6 +11,9 @@
 //! the Job fails, and the operator records the stage timed out, keeps the Job, and runs nothing
 //! again.
 //!
+//! (b) A stage whose pods cannot be created (Pod Security refuses them) surfaces as erroring with
+//! the apiserver's refusal, and runs once the namespace allows it.
+//!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging. The one
 //! comparison with `STUCK_BOUND` is an order read from the Job's own condition timestamp: the
 //! erroring record, seen through a watch, cannot be seen before it was written.
@@ -337,4 +340,88 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
         .filter_map(|j| j.metadata.uid.clone())
         .collect();
     assert_eq!(interrupts, [uid]);
+}
+
+/// (b) A stage whose pods cannot be created (the namespace's Pod Security level refuses a
+/// privileged host pod; the Job controller only emits `FailedCreate` Events and retries) surfaces
+/// at once: the node's record is `(apply, erroring)`, the NodeWright erroring, the Job carries the
+/// apiserver's refusal, a Warning `StagePodsNotCreated` Event names the Job and the refusal. Once
+/// the namespace allows the pod, the stage runs, completes, and the note goes from the Job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "not-created").await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let level = |value: serde_json::Value| {
+        Patch::Merge(json!({"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": value,
+        }}}))
+    };
+    namespaces
+        .patch(&ns, &PatchParams::default(), &level(json!("baseline")))
+        .await
+        .expect("namespace at baseline");
+    let env = operator_env(&ns, format!("operator-{ns}"), 3);
+    let _operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        None,
+        None,
+    );
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("locked".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let r = state.get("locked", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Apply, Some(State::Erroring), 0)
+    );
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let job = cluster
+        .wait_for("the refusal on the Job", BOUND, || async {
+            let list = jobs
+                .list(&ListParams::default().labels(&format!("{}={ns}", keys::NAME_LABEL)))
+                .await
+                .map_err(|e| cluster.kube_error("jobs".into(), e))?;
+            Ok(list.items.into_iter().find(|j| {
+                j.annotations()
+                    .get(keys::PODS_NOT_CREATED_ANNOTATION)
+                    .is_some_and(|m| m.contains("PodSecurity"))
+            }))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let event = wait_event(cluster, &client, &ns, "StagePodsNotCreated", "NodeWright").await;
+    let note = event.message.unwrap_or_default();
+    assert!(
+        note.contains(&job.name_any()) && note.contains("PodSecurity"),
+        "{note}"
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    // The administrator allows privileged pods there: the Job controller's next try creates the
+    // pod, the stage completes, and the refusal note goes.
+    namespaces
+        .patch(&ns, &PatchParams::default(), &level(json!("privileged")))
+        .await
+        .expect("namespace at privileged");
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let job = jobs.get(&job.name_any()).await.expect("the Job");
+    assert!(
+        !job.annotations()
+            .contains_key(keys::PODS_NOT_CREATED_ANNOTATION),
+        "the note went once the pod existed"
+    );
 }

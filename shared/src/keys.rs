@@ -43,6 +43,9 @@ pub const TEMPLATE_HASH_ANNOTATION: &str = "nodewright.nvidia.com/template-hash"
 pub const STATE_RECORDED_ANNOTATION: &str = "nodewright.nvidia.com/state-recorded";
 /// Job annotation: tail of the stuck container's log, kept as evidence.
 pub const LAST_LOGS_ANNOTATION: &str = "nodewright.nvidia.com/last-logs";
+/// Job annotation: the apiserver's message refusing the Job's pod (its `FailedCreate` Event), while
+/// the Job has never had a pod; removed once it has one.
+pub const PODS_NOT_CREATED_ANNOTATION: &str = "nodewright.nvidia.com/pods-not-created";
 
 /// The longest NodeWright name: node keys are `nodewright.nvidia.com/<word>_<name>`, and the name
 /// part of a qualified key (`nodeState_<name>`, the longest word) must be at most 63 characters.

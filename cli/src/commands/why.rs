@@ -95,6 +95,9 @@ struct PackageWhy {
     first_attempt: Option<Attempt>,
     last_attempt: Option<Attempt>,
     last_logs: Option<String>,
+    /// The apiserver's refusal of the Job's pod, while the Job has never had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pods_not_created: Option<String>,
     /// StageTimedOut Events about it on the node.
     events: Vec<String>,
     /// What to do.
@@ -190,6 +193,9 @@ impl Render for WhyReport {
                         "    last attempt:  pod {} — {}\n",
                         a.pod, a.reason
                     ));
+                }
+                if let Some(refusal) = &p.pods_not_created {
+                    out.push_str(&format!("    pods not created: {refusal}\n"));
                 }
                 if let Some(logs) = &p.last_logs {
                     out.push_str("    last-logs:\n");
@@ -445,6 +451,20 @@ fn package_why(
             "fix the cause (see the evidence and logs), then rerun the stage".to_owned(),
             stage.map(|s| rerun_command(&name, package, &node_name, s)),
         )
+    } else if running
+        && job.is_some_and(|j| {
+            j.annotations()
+                .contains_key(keys::PODS_NOT_CREATED_ANNOTATION)
+        })
+    {
+        (
+            "its pod cannot be created (see above): fix what refuses it (the namespace's Pod Security level, a ResourceQuota, an admission webhook); the Job controller keeps trying".to_owned(),
+            Some(format!(
+                "kubectl get events -n {} --field-selector involvedObject.name={},reason=FailedCreate",
+                job.and_then(|j| j.metadata.namespace.clone()).unwrap_or_default(),
+                job.map(ResourceExt::name_any).unwrap_or_default()
+            )),
+        )
     } else if erroring && running {
         (
             "a genuine failure; the Job retries within its backoff limit".to_owned(),
@@ -488,6 +508,11 @@ fn package_why(
         first_attempt,
         last_attempt,
         last_logs: job.and_then(|j| j.annotations().get(keys::LAST_LOGS_ANNOTATION).cloned()),
+        pods_not_created: job.and_then(|j| {
+            j.annotations()
+                .get(keys::PODS_NOT_CREATED_ANNOTATION)
+                .cloned()
+        }),
         events: pkg_events,
         next,
         command,

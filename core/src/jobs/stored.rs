@@ -100,6 +100,8 @@ pub struct StoredJob {
     pub template_hash: Option<String>,
     /// Annotation `nodewright.nvidia.com/last-logs` is there.
     pub has_last_logs: bool,
+    /// Annotation `nodewright.nvidia.com/pods-not-created`: why the Job's pod cannot be created.
+    pub pods_not_created: Option<String>,
     /// What of the spec is read.
     pub spec: Option<StoredJobSpec>,
     /// What of the status is read.
@@ -142,6 +144,12 @@ pub struct StoredPodSpec {
 pub struct StoredJobStatus {
     /// Its conditions (`Complete`, `Failed`, `FailureTarget`, `SuccessCriteriaMet`, `Suspended`).
     pub conditions: Option<Vec<StoredJobCondition>>,
+    /// Pods pending or running.
+    pub active: Option<i32>,
+    /// Pods that failed.
+    pub failed: Option<i32>,
+    /// Pods that succeeded.
+    pub succeeded: Option<i32>,
 }
 
 /// A Job condition.
@@ -180,6 +188,7 @@ impl From<WireJob> for StoredJob {
             recorded: m.annotation(keys::STATE_RECORDED_ANNOTATION),
             template_hash: m.annotation(TEMPLATE_HASH_ANNOTATION),
             has_last_logs: m.annotation(keys::LAST_LOGS_ANNOTATION).is_some(),
+            pods_not_created: m.annotation(keys::PODS_NOT_CREATED_ANNOTATION),
             spec: wire.spec,
             status: wire.status,
         }

@@ -14,6 +14,7 @@
 //! written over the same stage it describes (a late or repeated event can never move a package back).
 
 pub(crate) mod evidence;
+pub(crate) mod not_created;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -181,6 +182,13 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
             if failed > 0 {
                 record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;
             }
+            if let Some(message) = not_created::refusal(&ctx.failed_creates, job) {
+                not_created::surface(ctx, job, node, &annotation, interrupt, &message).await?;
+                // Looked at again while the Job controller keeps trying (a pod event or a newer
+                // FailedCreate Event also wakes it).
+                return Ok(Action::requeue(STUCK_RECHECK));
+            }
+            not_created::clear(ctx, job).await?;
             Ok(Action::await_change())
         }
         JobOutcome::Succeeded => {

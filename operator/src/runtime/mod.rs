@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+pub(crate) mod failed_create_feed;
 pub(crate) mod job_feed;
 pub mod leader;
 pub(crate) mod leftover_cordons;

@@ -479,6 +479,22 @@ async fn install_admit_upgrade_uninstall() {
             ],
             true,
         ),
+        // The Job controller's FailedCreate Events about its Jobs, in its namespace only.
+        (
+            op_sa,
+            vec!["watch".into(), "events".into(), "-n".into(), ns.clone()],
+            true,
+        ),
+        (
+            op_sa,
+            vec![
+                "watch".into(),
+                "events".into(),
+                "-n".into(),
+                "default".into(),
+            ],
+            false,
+        ),
         (
             wh_sa,
             vec!["watch".into(), "nodewrights.nodewright.nvidia.com".into()],
