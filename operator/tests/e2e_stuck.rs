@@ -403,6 +403,36 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    // The node's Erroring condition names the Job and the refusal (`kubectl describe node`).
+    let nodes: Api<Node> = Api::all(client.clone());
+    let erroring_type = nodewright_core::node::conditions::erroring_type(&ns);
+    cluster
+        .wait_for(
+            "the node's Erroring condition naming the Job",
+            BOUND,
+            || async {
+                let n = nodes
+                    .get(&node)
+                    .await
+                    .map_err(|e| cluster.kube_error("node".into(), e))?;
+                let named = n
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .any(|c| {
+                        c.type_ == erroring_type
+                            && c.status == "True"
+                            && c.reason.as_deref() == Some("PodsNotCreated")
+                            && c.message.as_deref().is_some_and(|m| {
+                                m.contains(&job.name_any()) && m.contains("PodSecurity")
+                            })
+                    });
+                Ok(named.then_some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let event = wait_event(cluster, &client, &ns, "StagePodsNotCreated", "NodeWright").await;
     let note = event.message.unwrap_or_default();
     assert!(

@@ -26,11 +26,35 @@ pub fn erroring_type(nodewright: &str) -> String {
     format!("{GROUP}/{nodewright}/Erroring")
 }
 
+/// Why the Erroring condition is True when a stage's pod cannot be created: the Job and the
+/// apiserver's refusal, so `kubectl describe node` says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotCreated {
+    /// The Job (`namespace/name`).
+    pub job: String,
+    /// The apiserver's message.
+    pub message: String,
+}
+
+/// Reason of the Erroring condition for [`NotCreated`].
+pub const PODS_NOT_CREATED_REASON: &str = "PodsNotCreated";
+
 /// The two conditions the node should carry for this NodeWright.
 pub fn desired(
     nodewright: &str,
     complete: bool,
     erroring: bool,
+    now: Timestamp,
+) -> [NodeCondition; 2] {
+    desired_with(nodewright, complete, erroring, None, now)
+}
+
+/// [`desired`], with the Erroring condition naming a stage whose pod cannot be created.
+pub fn desired_with(
+    nodewright: &str,
+    complete: bool,
+    erroring: bool,
+    not_created: Option<&NotCreated>,
     now: Timestamp,
 ) -> [NodeCondition; 2] {
     let condition = |type_: String, status: bool, reason: &str, message: String| NodeCondition {
@@ -48,16 +72,27 @@ pub fn desired(
             if complete { "Complete" } else { "Incomplete" },
             format!("NodeWright {nodewright} Ready"),
         ),
-        condition(
-            erroring_type(nodewright),
-            erroring,
-            if erroring {
-                "Package(s) Erroring or Unknown"
-            } else {
-                "Not Erroring"
-            },
-            format!("Package Erroring or Unknown for {nodewright}"),
-        ),
+        match not_created {
+            Some(n) => condition(
+                erroring_type(nodewright),
+                true,
+                PODS_NOT_CREATED_REASON,
+                format!(
+                    "NodeWright {nodewright}: Job {} cannot create its pod: {}",
+                    n.job, n.message
+                ),
+            ),
+            None => condition(
+                erroring_type(nodewright),
+                erroring,
+                if erroring {
+                    "Package(s) Erroring or Unknown"
+                } else {
+                    "Not Erroring"
+                },
+                format!("Package Erroring or Unknown for {nodewright}"),
+            ),
+        },
     ]
 }
 
@@ -85,9 +120,10 @@ pub fn sync_patch(
     nodewright: &str,
     complete: bool,
     erroring: bool,
+    not_created: Option<&NotCreated>,
     now: Timestamp,
 ) -> Option<Value> {
-    let want = desired(nodewright, complete, erroring, now);
+    let want = desired_with(nodewright, complete, erroring, not_created, now);
     let changed = changed(node, &want);
     if changed.is_empty() {
         return None;
@@ -134,6 +170,29 @@ mod tests {
             }),
             ..Node::default()
         }
+    }
+
+    #[test]
+    fn a_refused_pod_names_its_job_and_the_refusal_in_the_erroring_condition() {
+        let now = Timestamp::now();
+        let refused = NotCreated {
+            job: "nodewright/gpu-apply".into(),
+            message: "violates PodSecurity \"baseline:latest\"".into(),
+        };
+        let [_, erroring] = desired_with("gpu", false, true, Some(&refused), now);
+        assert_eq!(erroring.status, "True");
+        assert_eq!(erroring.reason.as_deref(), Some(PODS_NOT_CREATED_REASON));
+        let message = erroring.message.unwrap_or_default();
+        assert!(
+            message.contains("nodewright/gpu-apply") && message.contains("PodSecurity"),
+            "{message}"
+        );
+        // From the generic erroring reason to this one is a change to write, and back again.
+        let generic = node_with(desired("gpu", false, true, now).to_vec());
+        assert!(sync_patch(&generic, "gpu", false, true, Some(&refused), now).is_some());
+        let named = node_with(desired_with("gpu", false, true, Some(&refused), now).to_vec());
+        assert!(sync_patch(&named, "gpu", false, true, Some(&refused), now).is_none());
+        assert!(sync_patch(&named, "gpu", false, true, None, now).is_some());
     }
 
     #[test]

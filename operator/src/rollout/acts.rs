@@ -253,7 +253,28 @@ async fn sync_conditions(
     if let Some(state) = &done.state {
         let complete = done.status == Status::Complete;
         let erroring = done.status == Status::Erroring || any_erroring(input.nodewright, state);
-        let patch = conditions::sync_patch(&node, &nw, complete, erroring, Timestamp::now());
+        let name = node.name_any();
+        // A stage whose pod the cluster refuses: the condition names the Job and the refusal.
+        let not_created = input
+            .jobs
+            .iter()
+            .filter(|j| nodewright_core::jobs::read::node_of(j) == Some(name.as_str()))
+            .find_map(|j| {
+                j.pods_not_created
+                    .as_ref()
+                    .map(|message| conditions::NotCreated {
+                        job: format!("{}/{}", ctx.config.jobs.namespace, j.name_any()),
+                        message: message.clone(),
+                    })
+            });
+        let patch = conditions::sync_patch(
+            &node,
+            &nw,
+            complete,
+            erroring,
+            not_created.as_ref(),
+            Timestamp::now(),
+        );
         if let Err(e) = ctx.writer.patch_node_conditions(&node, patch).await {
             done.error.get_or_insert(e);
         }
