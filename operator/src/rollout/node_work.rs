@@ -411,3 +411,113 @@ async fn execute(
     }
     Ok(drained == Some(false))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use nodewright_shared::node_state::PackageStatus;
+    use serde_json::json;
+
+    use super::*;
+
+    type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+    /// The timed-out apply of package `a` on `n1` (its record erroring) whose Job the Job store
+    /// does not show yet, over a mock API server where that Job does (`job_exists`) or does not
+    /// exist; returns the node's result and the requests made.
+    async fn pass_over_a_timed_out_record(job_exists: bool) -> (NodeResult, Vec<(String, String)>) {
+        let package = nodewright_shared::api::Package {
+            version: "1.0.0".into(),
+            image: "example.com/pkg".into(),
+            ..Default::default()
+        };
+        let mut nw = NodeWright::new(
+            "nw",
+            nodewright_shared::api::NodeWrightSpec {
+                packages: BTreeMap::from([("a".to_owned(), package)]),
+                ..Default::default()
+            },
+        );
+        nw.metadata.uid = Some("uid".into());
+        nw.metadata.generation = Some(1);
+        let mut state = NodeState::default();
+        state.upsert(PackageStatus {
+            name: "a".into(),
+            version: "1.0.0".into(),
+            image: "example.com/pkg".into(),
+            container_sha: String::new(),
+            stage: Stage::Apply,
+            state: Some(State::Erroring),
+            restarts: 4,
+        });
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "resourceVersion": "7", "annotations": {
+                keys::node_state_key("nw"): state.to_annotation()}},
+        }))
+        .expect("node");
+        let job = nodewright_core::naming::package_job_name("nw", "a", "1.0.0", Stage::Apply, "n1");
+        let seen = Seen::default();
+        let log = seen.clone();
+        let node_json = serde_json::to_value(&node).expect("node json");
+        let (client, server) = crate::writes::mock::serve(move |method, path, body| {
+            log.lock()
+                .expect("request log")
+                .push((method.to_string(), path.to_owned()));
+            match (method.as_str(), path) {
+                ("GET", p) if p.ends_with(&format!("/jobs/{job}")) && job_exists => (
+                    200,
+                    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                           "metadata": {"name": job, "namespace": "nodewright"}}),
+                ),
+                ("GET", "/api/v1/nodes/n1") => (200, node_json.clone()),
+                ("PATCH", "/api/v1/nodes/n1") => (200, node_json.clone()),
+                ("POST", p) if p.ends_with("/jobs") || p.ends_with("/configmaps") => (201, body),
+                ("PATCH", p) if p.contains("/configmaps/") => (200, body),
+                _ => (404, crate::writes::mock::not_found()),
+            }
+        });
+        let ctx = Context::over(client);
+        let work = NodeWork {
+            node,
+            state,
+            absorbed: Vec::new(),
+            plan: None,
+            node_order: 0,
+        };
+        let result = advance(&ctx, &nw, work, &JobIndex::with_fleet([], &[]), &[])
+            .await
+            .expect("the node is worked");
+        drop(ctx);
+        server.abort();
+        let seen = seen.lock().expect("request log").clone();
+        (result, seen)
+    }
+
+    /// The `any_exists` guard (DESIGN §4.4): a stage over a timed-out record is started again only
+    /// when its Job is gone. When the Job store lags and does not show the timed-out Job that the
+    /// API still has, the node stays erroring: no Job is created, the node is not written, and the
+    /// store's event re-plans.
+    #[tokio::test]
+    async fn a_timed_out_job_the_store_does_not_show_yet_holds_the_rerun() {
+        let (result, seen) = pass_over_a_timed_out_record(true).await;
+        assert_eq!(result.status, Status::Erroring);
+        assert!(
+            seen.iter().all(|(method, _)| method == "GET"),
+            "only reads: {seen:?}"
+        );
+        assert!(
+            seen.iter().any(|(_, p)| p.contains("/jobs/")),
+            "the Job was looked up live: {seen:?}"
+        );
+
+        // Gone for real: the stage starts again (its Job created).
+        let (_, seen) = pass_over_a_timed_out_record(false).await;
+        assert!(
+            seen.iter()
+                .any(|(method, p)| method == "POST" && p.ends_with("/jobs")),
+            "the stage runs again: {seen:?}"
+        );
+    }
+}
