@@ -448,10 +448,19 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
         .await
         .expect("namespace at privileged");
     wait_status(cluster, &client, &ns, Status::Complete).await;
-    let job = jobs.get(&job.name_any()).await.expect("the Job");
-    assert!(
-        !job.annotations()
-            .contains_key(keys::PODS_NOT_CREATED_ANNOTATION),
-        "the note went once the pod existed"
-    );
+    // The note goes once the Job has had a pod (maybe just after the stage was recorded).
+    let name = job.name_any();
+    cluster
+        .wait_for("the refusal note gone from the Job", BOUND, || async {
+            let job = jobs
+                .get(&name)
+                .await
+                .map_err(|e| cluster.kube_error("job".into(), e))?;
+            Ok((!job
+                .annotations()
+                .contains_key(keys::PODS_NOT_CREATED_ANNOTATION))
+            .then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }

@@ -121,7 +121,16 @@ pub fn error_policy(job: Arc<StoredJob>, error: &ReconcileError, _ctx: Arc<Conte
 }
 
 async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, ReconcileError> {
-    if !ctx.leading() || recorded(job).is_some() || job.metadata.deletion_timestamp.is_some() {
+    if !ctx.leading() || job.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // A refusal noted while the Job had no pod is history once it has (or had) one: cleared before
+    // anything else, since a pod that ran at once may leave the Job recorded (by this path or with
+    // the next stage by the rollout) before this reconciler ever sees it running.
+    if job.pods_not_created.is_some() && not_created::had_pods(job) {
+        not_created::clear(ctx, job).await?;
+    }
+    if recorded(job).is_some() {
         return Ok(Action::await_change());
     }
     let (Some(annotation), Some(node)) = (package_of(job), node_of(job)) else {
@@ -188,7 +197,6 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
                 // FailedCreate Event also wakes it).
                 return Ok(Action::requeue(STUCK_RECHECK));
             }
-            not_created::clear(ctx, job).await?;
             Ok(Action::await_change())
         }
         JobOutcome::Succeeded => {

@@ -36,11 +36,7 @@ pub fn refusal(
     events: &Store<k8s_openapi::api::core::v1::Event>,
     job: &StoredJob,
 ) -> Option<String> {
-    let status = job.status.as_ref();
-    let had_pods = status.is_some_and(|s| {
-        s.active.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0 || s.succeeded.unwrap_or(0) > 0
-    });
-    if had_pods {
+    if had_pods(job) {
         return None;
     }
     let uid = job.metadata.uid.as_deref()?;
@@ -56,6 +52,13 @@ pub fn refusal(
         })
         .and_then(|e| e.message.clone())
         .map(|m| truncate(m, MAX_MESSAGE))
+}
+
+/// Whether the Job has or had a pod (one active, failed or succeeded).
+pub fn had_pods(job: &StoredJob) -> bool {
+    job.status.as_ref().is_some_and(|s| {
+        s.active.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0 || s.succeeded.unwrap_or(0) > 0
+    })
 }
 
 fn truncate(mut text: String, max: usize) -> String {
@@ -118,11 +121,8 @@ pub async fn surface(
     Ok(())
 }
 
-/// Once the Job has a pod, the refusal is history: its annotation goes.
+/// Once the Job has (had) a pod, the refusal is history: its annotation goes.
 pub async fn clear(ctx: &Context, job: &StoredJob) -> Result<(), ReconcileError> {
-    if job.pods_not_created.is_none() {
-        return Ok(());
-    }
     let name = kube::ResourceExt::name_any(job);
     ctx.writer
         .patch_job(
