@@ -538,12 +538,14 @@ async fn d_attempts_only_rejected_at_admission_run_again() {
         2,
         "the rejected apply ran again: {creations:?}"
     );
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("rej", "1.0.0").expect("record");
-    assert_eq!(
-        (r.stage, r.state, r.restarts),
-        (Stage::Config, Some(State::Complete), 0)
-    );
+    assert_record(
+        &client,
+        &node,
+        &ns,
+        ("rej", "1.0.0"),
+        (Stage::Config, State::Complete, 0),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,16 +567,7 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
     );
     let mut dis = package("1.0.0", &[]);
     dis.stage_timeout = Some("0".into());
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("dis".to_owned(), dis)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_on_node(&client, &ns, &node, "dis", dis).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let apply_pods = ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL));
     let running = |exclude: Option<String>| {
@@ -628,12 +621,14 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
     assert!(nodewright_core::jobs::outcome::is_disrupted(
         &nodewright_core::jobs::stored::StoredPod::of(&disrupted)
     ));
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("dis", "1.0.0").expect("record");
-    assert_eq!(
-        (r.stage, r.state, r.restarts),
-        (Stage::Config, Some(State::Complete), 0)
-    );
+    assert_record(
+        &client,
+        &node,
+        &ns,
+        ("dis", "1.0.0"),
+        (Stage::Config, State::Complete, 0),
+    )
+    .await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let apply = jobs
         .list(&apply_pods)
@@ -754,16 +749,7 @@ async fn f_pause_suspends_unfinished_jobs_and_a_package_change_replaces_them() {
     );
     let mut slow = package("1.0.0", &[]);
     slow.stage_timeout = Some("0".into());
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("slow".to_owned(), slow)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_on_node(&client, &ns, &node, "slow", slow).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let nodewrights: Api<NodeWright> = Api::all(client.clone());
     let apply = ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL));
@@ -1002,16 +988,7 @@ async fn h_the_standby_takes_over_a_rollout_in_flight() {
     let second = start_replica(client.clone(), &ns, &ns, 3, Some(hook), Some("replica-2"));
     let mut held = package("1.0.0", &[]);
     held.stage_timeout = Some("0".into());
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("held".to_owned(), held)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_on_node(&client, &ns, &node, "held", held).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let apply_pods = ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL));
     let running = cluster
@@ -1326,6 +1303,43 @@ async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
         .expect("node deleted");
 }
 
+/// Creates the NodeWright `ns` (scoped to its test's operator) with one package `key` on `node`.
+async fn create_on_node(
+    client: &kube::Client,
+    ns: &str,
+    node: &str,
+    key: &str,
+    package: nodewright_shared::api::Package,
+) {
+    create_nodewright(
+        client,
+        ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[node]),
+            packages: BTreeMap::from([(key.to_owned(), package)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+}
+
+/// Asserts the node's record of `package` (name, version) for the NodeWright `ns`: (stage, state,
+/// restarts).
+async fn assert_record(
+    client: &kube::Client,
+    node: &str,
+    ns: &str,
+    package: (&str, &str),
+    want: (Stage, State, i32),
+) {
+    let state = node_state(client, node, ns).await.expect("node state");
+    let r = state.get(package.0, package.1).expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (want.0, Some(want.1), want.2)
+    );
+}
+
 /// The Jobs of namespace `ns` labelled `<package>-<version>` = `package` and stage `stage`.
 async fn jobs_of(client: &kube::Client, ns: &str, package: &str, stage: &str) -> Vec<Job> {
     Api::<Job>::namespaced(client.clone(), ns)
@@ -1404,12 +1418,14 @@ async fn l_a_create_that_meets_an_existing_job_keeps_it() {
         1,
         "its one attempt, never replaced"
     );
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("dup", "1.0.0").expect("record");
-    assert_eq!(
-        (r.stage, r.state, r.restarts),
-        (Stage::Config, Some(State::Complete), 0)
-    );
+    assert_record(
+        &client,
+        &node,
+        &ns,
+        ("dup", "1.0.0"),
+        (Stage::Config, State::Complete, 0),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1458,12 +1474,14 @@ async fn m_a_failed_job_no_operator_recorded_is_recorded_by_the_next() {
     let timed_out = wait_timed_out_job(cluster, &client, &ns).await;
     assert_eq!(timed_out.metadata.uid.as_deref(), Some(uid.as_str()));
     wait_status(cluster, &client, &ns, Status::Erroring).await;
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("lost", "1.0.0").expect("record");
-    assert_eq!(
-        (r.stage, r.state, r.restarts),
-        (Stage::Apply, Some(State::Erroring), 1)
-    );
+    assert_record(
+        &client,
+        &node,
+        &ns,
+        ("lost", "1.0.0"),
+        (Stage::Apply, State::Erroring, 1),
+    )
+    .await;
     let applies = jobs_of(&client, &ns, "lost-1.0.0", "apply").await;
     assert_eq!(applies.len(), 1, "nothing recreated");
     assert_eq!(
@@ -1540,12 +1558,14 @@ async fn n_a_restart_between_marking_and_deleting_a_rejected_only_job_reruns_the
         2,
         "the rejected apply ran again, once"
     );
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("rej", "1.0.0").expect("record");
-    assert_eq!(
-        (r.stage, r.state, r.restarts),
-        (Stage::Config, Some(State::Complete), 0)
-    );
+    assert_record(
+        &client,
+        &node,
+        &ns,
+        ("rej", "1.0.0"),
+        (Stage::Config, State::Complete, 0),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1564,16 +1584,7 @@ async fn o_a_version_bump_mid_attempt_stops_it_and_installs_the_new_version() {
     let _operator = start_operator(client.clone(), &ns, &ns, 0, Some(hook));
     let mut bump = package("1.0.0", &[]);
     bump.stage_timeout = Some("0".into());
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("bump".to_owned(), bump)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_on_node(&client, &ns, &node, "bump", bump).await;
     let old = cluster
         .wait_for("version 1.0.0's attempt running", BOUND, || async {
             for job in jobs_of(&client, &ns, "bump-1.0.0", "apply").await {

@@ -324,20 +324,36 @@ async fn announce_timeout(
         ctx.config.jobs.namespace,
         job.name_any(),
     );
+    warn_about_job(
+        ctx,
+        job,
+        &annotation.nodewright,
+        node,
+        STAGE_TIMED_OUT,
+        note,
+    )
+    .await;
+}
+
+/// A Warning Event `reason` about a stage's Job on its NodeWright and on its node (each read from
+/// the API when its store does not hold it yet), the Job as the related object.
+async fn warn_about_job(
+    ctx: &Context,
+    job: &StoredJob,
+    nodewright: &str,
+    node: &str,
+    reason: &str,
+    note: String,
+) {
     let related = crate::writes::job_ref(&ctx.config.jobs.namespace, &job.name_any());
-    if let Some(nodewright) = stored_or_read(ctx, &ctx.nodewrights, &annotation.nodewright).await {
+    if let Some(nodewright) = stored_or_read(ctx, &ctx.nodewrights, nodewright).await {
         ctx.events
-            .warn_on_nodewright(
-                &nodewright,
-                STAGE_TIMED_OUT,
-                note.clone(),
-                Some(related.clone()),
-            )
+            .warn_on_nodewright(&nodewright, reason, note.clone(), Some(related.clone()))
             .await;
     }
     if let Some(node) = stored_or_read(ctx, &ctx.nodes, node).await {
         ctx.events
-            .warn_on_node(&node, STAGE_TIMED_OUT, note, Some(related))
+            .warn_on_node(&node, reason, note, Some(related))
             .await;
     }
 }

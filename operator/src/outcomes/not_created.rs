@@ -100,24 +100,15 @@ pub async fn surface(
         "Package [{}:{}] stage [{}] on node [{node}] cannot start: Job {}/{name} cannot create its pod: {message}",
         annotation.name, annotation.version, annotation.stage, ctx.config.jobs.namespace,
     );
-    let related = crate::writes::job_ref(&ctx.config.jobs.namespace, &name);
-    if let Some(nodewright) =
-        super::stored_or_read(ctx, &ctx.nodewrights, &annotation.nodewright).await
-    {
-        ctx.events
-            .warn_on_nodewright(
-                &nodewright,
-                STAGE_PODS_NOT_CREATED,
-                note.clone(),
-                Some(related.clone()),
-            )
-            .await;
-    }
-    if let Some(node) = super::stored_or_read(ctx, &ctx.nodes, node).await {
-        ctx.events
-            .warn_on_node(&node, STAGE_PODS_NOT_CREATED, note, Some(related))
-            .await;
-    }
+    super::warn_about_job(
+        ctx,
+        job,
+        &annotation.nodewright,
+        node,
+        STAGE_PODS_NOT_CREATED,
+        note,
+    )
+    .await;
     Ok(())
 }
 
