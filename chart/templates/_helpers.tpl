@@ -124,6 +124,15 @@ different image to the wrong digest (the pull would fail on every node).
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace of package and interrupt Jobs, their pods and ConfigMaps (PACKAGE_NAMESPACE):
+`<namespace>-<fullname>-packages`, or `<namespace>-packages` when the two are the same (`helm install
+nodewright -n nodewright`), so two releases never share one. */}}
+{{- define "nodewright.packageNamespace" -}}
+{{- $full := include "nodewright.fullname" . -}}
+{{- $default := ternary (printf "%s-packages" $full) (printf "%s-%s-packages" .Release.Namespace $full) (eq $full .Release.Namespace) -}}
+{{- .Values.packageNamespace.name | default $default -}}
+{{- end -}}
+
 {{/* The ServiceAccount of package and interrupt pods (PACKAGE_SERVICE_ACCOUNT); empty = default. */}}
 {{- define "nodewright.packageServiceAccount" -}}
 {{- if .Values.operator.packageServiceAccount.create -}}

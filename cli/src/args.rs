@@ -131,6 +131,11 @@ pub struct Global {
         value_name = "NAMESPACE"
     )]
     pub namespace: String,
+    /// The namespace of the package Jobs, their pods and ConfigMaps (default: the operator
+    /// Deployment's `PACKAGE_NAMESPACE`, e.g. the chart's `nodewright-packages`; else the
+    /// operator's namespace).
+    #[arg(long, global = true, value_name = "NAMESPACE")]
+    pub package_namespace: Option<String>,
     /// How long one API request may take, as a Go duration (`30s`, `1m`).
     #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
     pub request_timeout: String,

@@ -94,22 +94,39 @@ pub async fn nodes(ctx: &Ctx) -> Result<Vec<Node>> {
     Ok(nodes)
 }
 
-/// The Jobs in the operator's namespace (of the NodeWright `nodewright` when given).
+/// The namespace of the operator's Jobs, their pods and ConfigMaps: `--package-namespace`, else the
+/// operator Deployment's `PACKAGE_NAMESPACE` (the chart's package namespace), else the operator's
+/// namespace (an operator run without one keeps its Jobs beside it).
+pub async fn package_namespace(ctx: &Ctx) -> Result<String> {
+    let found = ctx
+        .package_namespace(|| async {
+            let env = operator(ctx).await?.map(|o| o.env).unwrap_or_default();
+            Ok(env
+                .get("PACKAGE_NAMESPACE")
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| ctx.namespace().to_owned()))
+        })
+        .await?;
+    Ok(found.to_owned())
+}
+
+/// The Jobs in the package namespace (of the NodeWright `nodewright` when given).
 pub async fn jobs(ctx: &Ctx, nodewright: Option<&str>) -> Result<Vec<Job>> {
     let selector = nodewright.map(|n| format!("{}={n}", keys::NAME_LABEL));
-    list(ctx, ctx.namespace(), selector.as_deref()).await
+    list(ctx, &package_namespace(ctx).await?, selector.as_deref()).await
 }
 
-/// The pods in the operator's namespace of the NodeWright `nodewright`.
+/// The pods in the package namespace of the NodeWright `nodewright`.
 pub async fn pods(ctx: &Ctx, nodewright: &str) -> Result<Vec<Pod>> {
     let selector = format!("{}={nodewright}", keys::NAME_LABEL);
-    list(ctx, ctx.namespace(), Some(&selector)).await
+    list(ctx, &package_namespace(ctx).await?, Some(&selector)).await
 }
 
-/// The ConfigMaps in the operator's namespace of the NodeWright `nodewright`.
+/// The ConfigMaps in the package namespace of the NodeWright `nodewright`.
 pub async fn configmaps(ctx: &Ctx, nodewright: &str) -> Result<Vec<ConfigMap>> {
     let selector = format!("{}={nodewright}", keys::NAME_LABEL);
-    list(ctx, ctx.namespace(), Some(&selector)).await
+    list(ctx, &package_namespace(ctx).await?, Some(&selector)).await
 }
 
 /// Events about the object `name` of `kind`, oldest first (cluster-scoped objects' Events are in

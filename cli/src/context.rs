@@ -19,6 +19,7 @@ pub struct Ctx {
     pub global: Global,
     timeout: Duration,
     client: OnceCell<(kube::Client, String)>,
+    package_namespace: OnceCell<String>,
 }
 
 impl Ctx {
@@ -38,6 +39,7 @@ impl Ctx {
             global,
             timeout,
             client: OnceCell::new(),
+            package_namespace: OnceCell::new(),
         })
     }
 
@@ -54,6 +56,18 @@ impl Ctx {
     /// The operator's namespace.
     pub fn namespace(&self) -> &str {
         &self.global.namespace
+    }
+
+    /// The namespace of the package Jobs: `--package-namespace`, else what `discover` finds (once).
+    pub async fn package_namespace<F, Fut>(&self, discover: F) -> Result<&str>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<String>>,
+    {
+        if let Some(given) = &self.global.package_namespace {
+            return Ok(given);
+        }
+        Ok(self.package_namespace.get_or_try_init(discover).await?)
     }
 
     /// The API client (built once).

@@ -89,6 +89,10 @@ pub struct Context {
     pub writer: crate::writes::Writer,
     /// NodeWright gauges and reconcile counters (unregistered handles when nobody scrapes them).
     pub metrics: crate::metrics::nodewright_gauges::StateMetrics,
+    /// True in a term that settles the package Jobs an earlier version left in the operator's own
+    /// namespace ([`crate::runtime::legacy_jobs`]): its Jobs are read and recorded there, and no Job
+    /// is created until they are settled.
+    pub settling_legacy: bool,
 }
 
 impl Context {
@@ -183,6 +187,7 @@ impl Context {
             ),
             writer: crate::writes::Writer::new(client, &config.jobs.namespace, term),
             metrics: crate::metrics::nodewright_gauges::StateMetrics::default(),
+            settling_legacy: false,
             config: Arc::new(config),
         }
     }

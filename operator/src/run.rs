@@ -130,7 +130,26 @@ pub async fn run_instrumented(
             warn!("the node cache stopped before it synced");
             break;
         }
-        info!("leading: starting the reconcilers");
+        // Package Jobs an earlier version left in the operator's own namespace are settled there
+        // first (runtime::legacy_jobs); once they are, the old namespace's leftovers go.
+        let legacy = (config.namespace != config.jobs.namespace).then(|| config.namespace.clone());
+        let settling_legacy = match &legacy {
+            Some(legacy) => crate::runtime::legacy_jobs::must_settle(&client, legacy).await,
+            None => false,
+        };
+        let config = match &legacy {
+            Some(legacy) if settling_legacy => {
+                let mut settling = OperatorConfig::clone(&config);
+                settling.jobs.namespace = legacy.clone();
+                Arc::new(settling)
+            }
+            Some(legacy) => {
+                crate::runtime::legacy_jobs::clean_up(&client, legacy).await;
+                config.clone()
+            }
+            None => config.clone(),
+        };
+        info!(namespace = %config.jobs.namespace, settling_legacy, "leading: starting the reconcilers");
         let (pod_store, pod_writer) = reflector::store::<StoredPod>();
         let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
         let (job_store, job_writer) = reflector::store::<StoredJob>();
@@ -163,6 +182,7 @@ pub async fn run_instrumented(
                 stop.clone(),
             ),
             metrics: state_metrics.clone(),
+            settling_legacy,
         });
         // The certificate controller is leader-only like the reconcilers, and ends with the term.
         let certs = options.webhook_certs.clone().map(|settings| {
@@ -388,7 +408,19 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             }
         });
 
-    tokio::join!(rollout, outcomes, leftover_cordons);
+    // A term that settles the old namespace's Jobs ends once they are settled; the next one runs
+    // on the package namespace.
+    let settled = async {
+        if ctx.settling_legacy {
+            crate::runtime::legacy_jobs::end_when_settled(
+                ctx.jobs.clone(),
+                ctx.jobs_synced.clone(),
+                ctx.term.clone(),
+            )
+            .await;
+        }
+    };
+    tokio::join!(rollout, outcomes, leftover_cordons, settled);
 }
 
 #[cfg(test)]

@@ -30,6 +30,9 @@
 //!     the next operator deletes it and the stage runs again;
 //! (o) a version bump while an attempt runs stops it (its Job deleted, never counted) and installs
 //!     the new version fresh.
+//! (p) the upgrade to a package namespace: a stage still running in the operator's namespace (the
+//!     earlier layout) is settled there (recorded once, never rerun) while every new Job is held
+//!     (an Event says why); then Jobs run in the package namespace and the old leftovers go.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1657,4 +1660,128 @@ async fn o_a_version_bump_mid_attempt_stops_it_and_installs_the_new_version() {
         stages,
         ["apply", "config"].into_iter().map(str::to_owned).collect(),
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p_jobs_an_earlier_version_left_beside_the_operator_are_settled_before_the_package_namespace()
+ {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "move").await;
+    let other_node = format!("{ns}-n1");
+    create_fake_node(&client, &other_node, &[], json!([])).await;
+    let packages_ns = cluster
+        .create_namespace("move-pkgs")
+        .await
+        .expect("namespace");
+    // The earlier layout: the operator runs its Jobs in its own namespace. Its apply stage runs
+    // until the test lets it finish.
+    let first = start_operator(
+        client.clone(),
+        &ns,
+        &ns,
+        0,
+        Some(fate_for("moved", "apply", PodFate::hang())),
+    );
+    create_on_node(&client, &ns, &node, "moved", package("1.0.0", &[])).await;
+    let (old, pod) = cluster
+        .wait_for(
+            "the apply attempt running beside the operator",
+            BOUND,
+            || async {
+                for job in jobs_of(&client, &ns, "moved-1.0.0", "apply").await {
+                    let uid = job.metadata.uid.clone().unwrap_or_default();
+                    let running = pods_of_job(&client, &ns, &uid).await.into_iter().find(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    });
+                    if let Some(pod) = running {
+                        return Ok(Some((job, pod)));
+                    }
+                }
+                Ok(None)
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    first.stop().await;
+
+    // The upgrade: the same operator, now with a package namespace of its own.
+    let later = format!("{ns}-later");
+    let mut env = operator_env(&ns, format!("operator-{ns}"), 0);
+    env.insert("PACKAGE_NAMESPACE", packages_ns.clone());
+    let _second = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL} in ({ns},{later})"),
+        None,
+        None,
+    );
+    // A NodeWright created meanwhile (on another node) is held, with an Event saying why, while
+    // the old Job runs: nothing starts anywhere.
+    create_on_node(&client, &later, &other_node, "after", package("1.0.0", &[])).await;
+    support::wait_event(cluster, &client, &later, "SettlingOldJobs", "NodeWright").await;
+    let started = Api::<Job>::namespaced(client.clone(), &packages_ns)
+        .list(&ListParams::default())
+        .await
+        .expect("jobs");
+    assert!(started.items.is_empty(), "held: {:?}", started.items);
+    assert_eq!(
+        jobs_of(&client, &ns, "after-1.0.0", "apply").await.len(),
+        0,
+        "nothing new starts beside the operator"
+    );
+
+    // The old attempt ends: its outcome is recorded, then everything runs in the package namespace.
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"nodewright.test/fate": "succeed"}}})),
+        )
+        .await
+        .expect("the old attempt released");
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    wait_status(cluster, &client, &later, Status::Complete).await;
+    // Applied once (by the old Job, no restart), configured in the package namespace.
+    assert_record(
+        &client,
+        &node,
+        &ns,
+        ("moved", "1.0.0"),
+        (Stage::Config, State::Complete, 0),
+    )
+    .await;
+    assert!(
+        jobs_of(&client, &packages_ns, "moved-1.0.0", "apply")
+            .await
+            .is_empty(),
+        "the stage the old Job ran never runs again"
+    );
+    assert_eq!(
+        jobs_of(&client, &packages_ns, "moved-1.0.0", "config")
+            .await
+            .len(),
+        1
+    );
+    assert_eq!(
+        jobs_of(&client, &packages_ns, "after-1.0.0", "apply")
+            .await
+            .len(),
+        1
+    );
+    // What the old layout left beside the operator goes: the recorded Job, the ConfigMaps.
+    cluster
+        .wait_for("the operator's namespace emptied", BOUND, || async {
+            let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default().labels(keys::NAME_LABEL))
+                .await
+                .map_err(|e| cluster.kube_error("list".into(), e))?;
+            let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+                .list_metadata(&ListParams::default().labels(keys::NAME_LABEL))
+                .await
+                .map_err(|e| cluster.kube_error("list".into(), e))?;
+            Ok((jobs.items.is_empty() && cms.items.is_empty()).then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}: the old Job {}", old.name_any()));
 }

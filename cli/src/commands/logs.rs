@@ -250,7 +250,8 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
         super::package::spec_package(nw, &args.package)?;
     }
 
-    let api: Api<Pod> = Api::namespaced(ctx.client().await?.clone(), ctx.namespace());
+    let package_namespace = cluster::package_namespace(ctx).await?;
+    let api: Api<Pod> = Api::namespaced(ctx.client().await?.clone(), &package_namespace);
     let tail = (args.tail >= 0).then_some(args.tail);
     let text = matches!(ctx.format(), Format::Table | Format::Wide);
     let mut entries = Vec::new();
@@ -340,7 +341,7 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
                 .map(|n| format!(" on {n}"))
                 .unwrap_or_default(),
             stage.map(|s| format!(" at stage {s}")).unwrap_or_default(),
-            ctx.namespace()
+            package_namespace
         )));
     }
     print(ctx.format(), &Logs(entries))

@@ -277,6 +277,10 @@ async fn announce_cleared(
     }
 }
 
+/// Event reason of a stage held back while the Jobs an earlier version left in the operator's
+/// namespace are settled (`runtime::legacy_jobs`).
+pub const SETTLING_OLD_JOBS: &str = "SettlingOldJobs";
+
 /// Event reason of a timed-out stage that runs again.
 pub const STAGE_TIMEOUT_CLEARED: &str = "StageTimeoutCleared";
 
@@ -292,6 +296,26 @@ async fn execute(
     let nw = nodewright.name_any();
     let name = node.name_any();
     let mut drained: Option<bool> = None;
+    if ctx.settling_legacy && !p.create.is_empty() {
+        // No stage starts until the Jobs of the old layout are settled (runtime::legacy_jobs).
+        debug!(node = %name, "holding Job creation until the old namespace's Jobs are settled");
+        ctx.events
+            .on_nodewright(
+                nodewright,
+                SETTLING_OLD_JOBS,
+                format!(
+                    "Holding new stage Jobs on node [{name}] until the Jobs an earlier version \
+                     left in namespace [{}] finish and are recorded",
+                    ctx.config.jobs.namespace
+                ),
+                None,
+            )
+            .await;
+        for job in &p.delete {
+            ctx.writer.remove_job(job).await?;
+        }
+        return Ok(false);
+    }
     if p.create
         .iter()
         .any(|c| matches!(c, Creation::Package { .. }))

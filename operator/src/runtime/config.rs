@@ -21,8 +21,13 @@ use nodewright_core::jobs::{
 };
 use nodewright_core::naming::{is_dns_label, is_dns_subdomain};
 
-/// Namespace of Jobs, ConfigMaps and the Lease.
+/// The operator's own namespace: its Lease, its certificate Secrets, and the package Jobs unless
+/// `PACKAGE_NAMESPACE` names another.
 pub const ENV_NAMESPACE: &str = "NAMESPACE";
+/// Namespace of the package and interrupt Jobs, their pods and ConfigMaps. Privileged pods need a
+/// namespace Pod Security lets them run in; keeping them out of the operator's namespace keeps them
+/// away from its Secrets (the chart creates and labels it). Unset = `NAMESPACE`.
+pub const ENV_PACKAGE_NAMESPACE: &str = "PACKAGE_NAMESPACE";
 /// Agent image of the stage, check and interrupt containers.
 pub const ENV_AGENT_IMAGE: &str = "AGENT_IMAGE";
 /// Main container image of every operator pod.
@@ -98,7 +103,11 @@ pub enum LogFormat {
 /// The validated configuration of the operator process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorConfig {
-    /// What the Job builders read: `NAMESPACE` (Jobs, ConfigMaps and the Lease live there),
+    /// `NAMESPACE`: the operator's own (Lease, certificate Secrets). Package Jobs left here by a
+    /// version that ran them in this namespace are settled before Jobs start in `jobs.namespace`
+    /// (`runtime::legacy_jobs`).
+    pub namespace: String,
+    /// What the Job builders read: `PACKAGE_NAMESPACE` (Jobs, their pods and ConfigMaps live there),
     /// `AGENT_IMAGE`, `PAUSE_IMAGE`, `COPY_DIR_ROOT`, `AGENT_LOG_ROOT`, `IMAGE_PULL_SECRET`,
     /// `RUNTIME_REQUIRED_TAINT` and the `JOB_*` defaults shared with the webhook. Nested, not
     /// copied, so the builders and the reconcilers read the same values.
@@ -179,6 +188,16 @@ impl OperatorConfig {
                     .to_owned()
             })
         });
+        let package_namespace = match get(ENV_PACKAGE_NAMESPACE) {
+            None => namespace.clone(),
+            Some(v) => p.check(ENV_PACKAGE_NAMESPACE, v, |v| {
+                is_dns_label(v).then_some(()).ok_or_else(|| {
+                    "a namespace name: a DNS-1123 label (1-63 of a-z, 0-9, '-', starting and \
+                     ending alphanumeric), e.g. \"nodewright-packages\"; unset = NAMESPACE"
+                        .to_owned()
+                })
+            }),
+        };
         let agent_image = p.check(
             ENV_AGENT_IMAGE,
             or(ENV_AGENT_IMAGE, DEFAULT_AGENT_IMAGE),
@@ -374,6 +393,7 @@ impl OperatorConfig {
         match (
             defaults,
             namespace,
+            package_namespace,
             agent_image,
             pause_image,
             copy_dir_root,
@@ -397,6 +417,7 @@ impl OperatorConfig {
             (
                 Some(defaults),
                 Some(namespace),
+                Some(package_namespace),
                 Some(agent_image),
                 Some(pause_image),
                 Some(copy_dir_root),
@@ -423,8 +444,9 @@ impl OperatorConfig {
                     identity,
                     timings,
                 },
+                namespace,
                 jobs: JobConfig {
-                    namespace,
+                    namespace: package_namespace,
                     agent_image,
                     pause_image,
                     copy_dir_root,
@@ -764,6 +786,27 @@ mod tests {
                     .accepted
                     .contains("DNS-1123 label")
             );
+        }
+    }
+
+    /// Package Jobs run in `PACKAGE_NAMESPACE` (the chart's privileged one); the Lease and the
+    /// operator's own namespace stay in `NAMESPACE`; unset, the Jobs stay with the operator.
+    #[test]
+    fn package_namespace() {
+        let c = env(&[
+            ("NAMESPACE", "ops"),
+            ("PACKAGE_NAMESPACE", " ops-packages "),
+        ])
+        .expect("valid");
+        assert_eq!(c.jobs.namespace, "ops-packages");
+        assert_eq!(c.namespace, "ops");
+        assert_eq!(c.lease.namespace, "ops");
+        let c = env(&[("NAMESPACE", "ops"), ("PACKAGE_NAMESPACE", "")]).expect("valid");
+        assert_eq!(c.jobs.namespace, "ops", "empty ⇒ NAMESPACE");
+        for bad in ["Pkgs", "pkgs_1", "pkgs.example", &"a".repeat(64)] {
+            let p = problem("PACKAGE_NAMESPACE", bad);
+            assert!(p.accepted.contains("DNS-1123 label"), "{p:?}");
+            assert!(p.accepted.contains("unset = NAMESPACE"), "{p:?}");
         }
     }
 

@@ -8,6 +8,7 @@ pub(crate) mod failed_create_feed;
 pub(crate) mod job_feed;
 pub mod leader;
 pub(crate) mod leftover_cordons;
+pub(crate) mod legacy_jobs;
 pub(crate) mod nodes;
 pub(crate) mod nodewrights;
 pub(crate) mod pod_feed;

@@ -208,6 +208,19 @@ async fn install_admit_upgrade_uninstall() {
     .expect("cluster");
     let admin = cluster.client().await.expect("client");
     let ns = cluster.create_namespace("chart").await.expect("namespace");
+    // The services' namespace at Pod Security's `restricted` level, as a hardened cluster has it:
+    // the privileged package pods must run elsewhere (the chart's package namespace), or the Job
+    // controller cannot create them and the rollout below never completes.
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            &ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ])
+        .await
+        .expect("label the release namespace restricted");
+    let pkg_ns = format!("{ns}-nw-nodewright-packages");
     let work = tempfile::tempdir().expect("tempdir");
     let port = free_port();
     let chart = chart_dir();
@@ -240,9 +253,24 @@ async fn install_admit_upgrade_uninstall() {
             .expect("manifest"),
     );
     let objs = objects(&manifest);
-    // 26 objects (the package pods' ServiceAccount among them), the viewer and editor
-    // ClusterRoles, and with metrics authentication two ClusterRoles and two ClusterRoleBindings.
-    assert_eq!(objs.len(), 32, "{objs:?}");
+    // 29 objects (the package namespace, the operator's Role and RoleBinding there and the package
+    // pods' ServiceAccount among them), the viewer and editor ClusterRoles, and with metrics
+    // authentication two ClusterRoles and two ClusterRoleBindings.
+    assert_eq!(objs.len(), 35, "{objs:?}");
+    let labels = cluster
+        .kubectl(&[
+            "get",
+            "namespace",
+            &pkg_ns,
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ])
+        .await
+        .expect("the package namespace");
+    assert!(
+        labels.contains(r#""pod-security.kubernetes.io/enforce":"privileged""#),
+        "the package namespace admits privileged pods: {labels}"
+    );
     for (kind, obj_ns, name) in &objs {
         assert!(
             exists(&cluster, kind, obj_ns.as_deref(), name).await,
@@ -368,7 +396,7 @@ async fn install_admit_upgrade_uninstall() {
                 "pods".into(),
                 "--subresource=log".into(),
                 "-n".into(),
-                ns.clone(),
+                pkg_ns.clone(),
             ],
             true,
         ),
@@ -385,7 +413,7 @@ async fn install_admit_upgrade_uninstall() {
         ),
         (
             op_sa,
-            vec!["delete".into(), "pods".into(), "-n".into(), ns.clone()],
+            vec!["delete".into(), "pods".into(), "-n".into(), pkg_ns.clone()],
             true,
         ),
         (
@@ -404,9 +432,30 @@ async fn install_admit_upgrade_uninstall() {
                 "create".into(),
                 "jobs.batch".into(),
                 "-n".into(),
-                ns.clone(),
+                pkg_ns.clone(),
             ],
             true,
+        ),
+        // Nothing new runs beside the services (an earlier version's Jobs there are only settled).
+        (
+            op_sa,
+            vec![
+                "create".into(),
+                "jobs.batch".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            false,
+        ),
+        (
+            op_sa,
+            vec![
+                "create".into(),
+                "configmaps".into(),
+                "-n".into(),
+                ns.clone(),
+            ],
+            false,
         ),
         (
             op_sa,
@@ -479,10 +528,10 @@ async fn install_admit_upgrade_uninstall() {
             ],
             true,
         ),
-        // The Job controller's FailedCreate Events about its Jobs, in its namespace only.
+        // The Job controller's FailedCreate Events about its Jobs, in their namespace only.
         (
             op_sa,
-            vec!["watch".into(), "events".into(), "-n".into(), ns.clone()],
+            vec!["watch".into(), "events".into(), "-n".into(), pkg_ns.clone()],
             true,
         ),
         (
@@ -542,7 +591,7 @@ async fn install_admit_upgrade_uninstall() {
     // The package pods' ServiceAccount: it exists and holds no right at all.
     let pkg_sa = "nw-nodewright-packages";
     assert!(
-        exists(&cluster, "serviceaccount", Some(&ns), pkg_sa).await,
+        exists(&cluster, "serviceaccount", Some(&pkg_ns), pkg_sa).await,
         "the chart creates the package pods' ServiceAccount"
     );
     for args in [
@@ -556,13 +605,14 @@ async fn install_admit_upgrade_uninstall() {
         vec!["create", "tokenreviews.authentication.k8s.io"],
     ] {
         let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
-        args.extend(["-n".to_owned(), ns.clone()]);
+        args.extend(["-n".to_owned(), pkg_ns.clone()]);
         checks.push((pkg_sa, args, false));
     }
     let mut wrong = Vec::new();
     for (sa, args, expected) in &checks {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        if can_i(&cluster, &ns, sa, &args).await != *expected {
+        let sa_ns = if *sa == pkg_sa { &pkg_ns } else { &ns };
+        if can_i(&cluster, sa_ns, sa, &args).await != *expected {
             wrong.push(format!("{sa} can-i {args:?}: expected {expected}"));
         }
     }
@@ -778,7 +828,7 @@ async fn install_admit_upgrade_uninstall() {
             "get",
             "pods",
             "-n",
-            &ns,
+            &pkg_ns,
             "-l",
             "nodewright.nvidia.com/name=chart-valid",
             "-o",
@@ -981,10 +1031,13 @@ async fn install_admit_upgrade_uninstall() {
                 operator_log()
             )
         });
-    let owned = cluster
-        .kubectl(&["get", "jobs,configmaps", "-n", &ns, "-o", "name"])
-        .await
-        .expect("list");
+    let mut owned = String::new();
+    for namespace in [&ns, &pkg_ns] {
+        owned += &cluster
+            .kubectl(&["get", "jobs,configmaps", "-n", namespace, "-o", "name"])
+            .await
+            .expect("list");
+    }
     let owned: Vec<&str> = owned
         .lines()
         .filter(|l| *l != "configmap/kube-root-ca.crt" && !l.contains("nw-nodewright"))

@@ -8,7 +8,7 @@ mod chart_support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use chart_support::{
-    chart_dir, container, env, env_value, find, of_kind, render, repo_dir, run_helm,
+    chart_dir, container, env, env_value, find, find_in, of_kind, render, repo_dir, run_helm,
 };
 use nodewright_shared::defaults::OperatorDefaults;
 use serde_json::{Value, json};
@@ -16,6 +16,8 @@ use serde_json::{Value, json};
 const NS: &str = "nw-system";
 const REL: &str = "nw";
 const FULL: &str = "nw-nodewright";
+/// The default package namespace of release REL in NS.
+const PKG_NS: &str = "nw-system-nw-nodewright-packages";
 
 fn default_render() -> Vec<Value> {
     render(REL, NS, &[]).expect("default values render")
@@ -71,9 +73,10 @@ fn default_render_has_every_object_with_release_scoped_names() {
         ("Lease", 1),
         ("LimitRange", 1),
         ("MutatingWebhookConfiguration", 1),
+        ("Namespace", 1),
         ("PodDisruptionBudget", 2),
-        ("Role", 2),
-        ("RoleBinding", 2),
+        ("Role", 3),
+        ("RoleBinding", 3),
         ("Secret", 2),
         ("Service", 2),
         ("ServiceAccount", 3),
@@ -92,9 +95,10 @@ fn default_render_has_every_object_with_release_scoped_names() {
         }
         match d["metadata"]["namespace"].as_str() {
             Some(ns) => {
-                assert_eq!(ns, NS, "{kind}/{name}");
+                assert!(ns == NS || ns == PKG_NS, "{kind}/{name} in {ns}");
                 assert!(name.starts_with(FULL), "{kind}/{name} is release-scoped");
             }
+            None if kind == "Namespace" => assert_eq!(name, PKG_NS),
             None => assert!(
                 name.starts_with(&format!("{NS}.{FULL}-")),
                 "cluster-scoped {kind}/{name} carries namespace and release"
@@ -576,7 +580,30 @@ fn rbac_is_least_privilege() {
             assert_eq!(r["resourceNames"], json!([format!("{NS}.{FULL}-webhook")]));
         }
     }
-    let role = find(&docs, "Role", &format!("{FULL}-operator"));
+    let role = find_in(&docs, "Role", NS, &format!("{FULL}-operator"));
+    let package_role = find_in(&docs, "Role", PKG_NS, &format!("{FULL}-operator"));
+    let role_rules = role["rules"].as_array().expect("rules");
+    let package_rules = package_role["rules"].as_array().expect("rules");
+    assert_eq!(
+        grants(package_rules, "jobs"),
+        set(&[
+            "get", "list", "watch", "create", "update", "patch", "delete"
+        ]),
+        "stages run as Jobs in the package namespace"
+    );
+    assert_eq!(grants(package_rules, "configmaps").len(), 7);
+    assert!(
+        !grants(role_rules, "jobs").contains("create"),
+        "no Job is created beside the services any more (only an earlier version's are settled)"
+    );
+    assert!(
+        !grants(role_rules, "configmaps").contains("create"),
+        "no package ConfigMap is created beside the services"
+    );
+    assert!(
+        grants(package_rules, "secrets").is_empty() && grants(package_rules, "leases").is_empty(),
+        "the package namespace holds no Secret or Lease of the operator"
+    );
     let secret_rules: Vec<&Value> = role["rules"]
         .as_array()
         .expect("rules")
@@ -1525,4 +1552,76 @@ fn operator_resources_follow_the_sizing_formula_unless_given() {
             Err(e) => assert!(e.contains(needle), "{set}: {e}"),
         }
     }
+}
+
+/// Package pods (privileged, host PID, the host's `/`) run in a namespace of their own that Pod
+/// Security admits them in, never beside the services and their Secrets (issue 22 item 7).
+#[test]
+fn package_pods_get_a_privileged_namespace_of_their_own() {
+    let docs = default_render();
+    let namespace = find(&docs, "Namespace", PKG_NS);
+    let labels = &namespace["metadata"]["labels"];
+    for mode in ["enforce", "audit", "warn"] {
+        assert_eq!(
+            labels[format!("pod-security.kubernetes.io/{mode}")],
+            "privileged",
+            "{mode}: {labels}"
+        );
+    }
+    let operator = find(&docs, "Deployment", &format!("{FULL}-operator"));
+    assert!(
+        env(container(operator))
+            .contains(&("PACKAGE_NAMESPACE".to_owned(), Some(PKG_NS.to_owned()))),
+        "the operator runs its Jobs there"
+    );
+    find_in(
+        &docs,
+        "LimitRange",
+        PKG_NS,
+        &format!("{FULL}-package-defaults"),
+    );
+    find_in(&docs, "ServiceAccount", PKG_NS, &format!("{FULL}-packages"));
+    find_in(&docs, "RoleBinding", PKG_NS, &format!("{FULL}-operator"));
+    // Nothing of the chart's in the release namespace is labelled for privileged pods.
+    assert!(docs.iter().all(|d| {
+        d["metadata"]["namespace"] != PKG_NS
+            || ["Role", "RoleBinding", "ServiceAccount", "LimitRange"]
+                .contains(&d["kind"].as_str().unwrap_or_default())
+    }));
+
+    // `helm install nodewright -n nodewright` gets `nodewright-packages`.
+    let plain = render("nodewright", "nodewright", &[]).expect("render");
+    find(&plain, "Namespace", "nodewright-packages");
+
+    // A namespace of the administrator's: named, not created, still used.
+    let own = render(
+        REL,
+        NS,
+        &[
+            "--set",
+            "packageNamespace.name=host-packages",
+            "--set",
+            "packageNamespace.create=false",
+        ],
+    )
+    .expect("render");
+    assert!(of_kind(&own, "Namespace").is_empty());
+    let operator = find(&own, "Deployment", &format!("{FULL}-operator"));
+    assert!(env(container(operator)).contains(&(
+        "PACKAGE_NAMESPACE".to_owned(),
+        Some("host-packages".to_owned())
+    )));
+    find_in(&own, "Role", "host-packages", &format!("{FULL}-operator"));
+
+    // The release namespace itself is refused, with the value to change.
+    let err = render(REL, NS, &["--set", &format!("packageNamespace.name={NS}")])
+        .expect_err("the release namespace");
+    assert!(
+        err.contains("packageNamespace.name") && err.contains("must differ"),
+        "{err}"
+    );
+    // A default that would exceed 63 characters is refused, naming the value to set.
+    let long_ns = "n".repeat(50);
+    let err = render(REL, &long_ns, &[]).expect_err("too long");
+    assert!(err.contains("packageNamespace.name"), "{err}");
 }

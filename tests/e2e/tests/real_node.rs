@@ -4,7 +4,9 @@
 //!
 //! In order, on one cluster (there is one real node per machine, and each step builds on the last):
 //! 1. the real node runs beside the kwok nodes, and kwok leaves it to its kubelet;
-//! 2. `helm install` with the test images: the operator pods start and one becomes the leader; the
+//! 2. `helm install` with the test images into a namespace at Pod Security's `restricted` level (the
+//!    package pods run in the chart's privileged package namespace): the operator pods start and
+//!    one becomes the leader; the
 //!    webhook runs as 2 replicas behind its Service and the apiserver calls it through the Service;
 //!    the operator's certificate controller issues its certificate and injects the caBundle;
 //! 3. `kubectl apply` of a bad NodeWright is denied by the in-cluster webhook;
@@ -61,6 +63,8 @@ struct Real<'a> {
     client: kube::Client,
     node: String,
     ns: String,
+    /// The chart's package namespace (privileged): the Jobs, their pods and ConfigMaps.
+    pkg_ns: String,
     work: tempfile::TempDir,
     host_dir: PathBuf,
     operator: String,
@@ -102,6 +106,17 @@ async fn chart_and_package_stages_on_a_real_node() {
         .create_namespace("nw-real")
         .await
         .expect("namespace");
+    // The services run at Pod Security's `restricted` level, as a hardened cluster's namespaces
+    // do; the privileged package pods run in the chart's package namespace.
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            &ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ])
+        .await
+        .expect("label the release namespace restricted");
     let work = tempfile::tempdir().expect("tempdir");
     // The package stages' host directories: under the real node's root, removed with it.
     let host_dir = cluster
@@ -112,6 +127,7 @@ async fn chart_and_package_stages_on_a_real_node() {
         cluster: &cluster,
         client,
         node,
+        pkg_ns: format!("{ns}-{REL}-nodewright-packages"),
         ns,
         work,
         host_dir,
@@ -705,7 +721,7 @@ impl Real<'_> {
             "get",
             "jobs",
             "-n",
-            &self.ns,
+            &self.pkg_ns,
             "-l",
             &format!("nodewright.nvidia.com/name={nodewright}"),
         ])
@@ -717,7 +733,7 @@ impl Real<'_> {
             "get",
             "pods",
             "-n",
-            &self.ns,
+            &self.pkg_ns,
             "-l",
             &format!("job-name={job}"),
         ])
@@ -793,7 +809,7 @@ impl Real<'_> {
             .kubectl(&[
                 "logs",
                 "-n",
-                &self.ns,
+                &self.pkg_ns,
                 pod["metadata"]["name"].as_str().unwrap_or_default(),
                 "-c",
                 agent_container,
@@ -833,7 +849,9 @@ impl Real<'_> {
         }
         let last_logs = self
             .wait("the last-logs snapshot of the hung stage", || async {
-                let job = self.json(&["get", "job", "-n", &self.ns, hang_job]).await;
+                let job = self
+                    .json(&["get", "job", "-n", &self.pkg_ns, hang_job])
+                    .await;
                 Ok(
                     job["metadata"]["annotations"]["nodewright.nvidia.com/last-logs"]
                         .as_str()
@@ -926,7 +944,7 @@ impl Real<'_> {
         ])
         .await;
         self.wait("the Job suspended and its pod gone", || async {
-            let j = self.json(&["get", "job", "-n", &self.ns, &job]).await;
+            let j = self.json(&["get", "job", "-n", &self.pkg_ns, &job]).await;
             let pod_left = self
                 .pods_of_job(&job)
                 .await
@@ -1144,7 +1162,7 @@ impl Real<'_> {
             .kubectl(&[
                 "logs",
                 "-n",
-                &self.ns,
+                &self.pkg_ns,
                 pod["metadata"]["name"].as_str().unwrap_or_default(),
                 "--all-containers",
             ])
@@ -1421,7 +1439,9 @@ impl Real<'_> {
         let job_name = job["metadata"]["name"].as_str().unwrap_or_default();
         let recorded = self
             .wait("the interrupt recorded timed out", || async {
-                let j = self.json(&["get", "job", "-n", &self.ns, job_name]).await;
+                let j = self
+                    .json(&["get", "job", "-n", &self.pkg_ns, job_name])
+                    .await;
                 Ok(
                     (j["metadata"]["annotations"]["nodewright.nvidia.com/state-recorded"]
                         == "timed-out")

@@ -107,6 +107,17 @@ pub fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         })
 }
 
+/// The object of `kind` named `name` in `namespace`.
+pub fn find_in<'a>(docs: &'a [Value], kind: &str, namespace: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"] == name
+                && d["metadata"]["namespace"] == namespace
+        })
+        .unwrap_or_else(|| panic!("no {kind} {namespace}/{name}"))
+}
+
 /// All objects of `kind`.
 pub fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
