@@ -134,7 +134,12 @@ pub struct Global {
     /// The namespace of the package Jobs, their pods and ConfigMaps (default: the operator
     /// Deployment's `PACKAGE_NAMESPACE`, e.g. the chart's `nodewright-packages`; else the
     /// operator's namespace).
-    #[arg(long, global = true, value_name = "NAMESPACE")]
+    #[arg(
+        long,
+        global = true,
+        env = "NODEWRIGHT_PACKAGE_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
     pub package_namespace: Option<String>,
     /// How long one API request may take, as a Go duration (`30s`, `1m`).
     #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]

@@ -14,6 +14,9 @@
 //! (b) A stage whose pods cannot be created (Pod Security refuses them) surfaces as erroring with
 //! the apiserver's refusal, and runs once the namespace allows it.
 //!
+//! (c) A disruptive stage whose pods stay refused past `PODS_NOT_CREATED_TIMEOUT` ends timed out
+//! and releases the node it cordoned and drained (counted as failed for its batch).
+//!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging. The one
 //! comparison with `STUCK_BOUND` is an order read from the Job's own condition timestamp: the
 //! erroring record, seen through a watch, cannot be seen before it was written.
@@ -463,4 +466,149 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// (c) A disruptive stage whose pods stay refused past `PODS_NOT_CREATED_TIMEOUT` never holds its
+/// node: the node was cordoned and drained for it, then at the bound the stage ends timed out
+/// (the Job failed at a deadline of the time it waited, never having had a pod), the node is
+/// uncordoned, counted as failed for its batch, and no interrupt ever runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "release").await;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "baseline",
+            }}})),
+        )
+        .await
+        .expect("namespace at baseline");
+    let policy: nodewright_shared::api::DeploymentPolicy = serde_json::from_value(json!({
+        "apiVersion": "nodewright.nvidia.com/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": {"name": ns},
+        "spec": {"default": {
+            "budget": {"count": 1},
+            "strategy": {"fixed": {"initialBatch": 1}}
+        }}
+    }))
+    .expect("policy");
+    Api::<nodewright_shared::api::DeploymentPolicy>::all(client.clone())
+        .create(&Default::default(), &policy)
+        .await
+        .expect("DeploymentPolicy created");
+    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
+    env.insert("PODS_NOT_CREATED_TIMEOUT", "5s".to_owned());
+    let _operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        None,
+        None,
+    );
+    let mut held = package("1.0.0", &[]);
+    held.interrupt = Some(Interrupt {
+        kind: InterruptType::Reboot,
+        services: Vec::new(),
+    });
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([("held".to_owned(), held)]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    // Cordoned and drained for the apply stage, whose pod Pod Security refuses.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let unschedulable = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    cluster
+        .wait_for(
+            "the node cordoned for the disruptive stage",
+            BOUND,
+            || async {
+                let n = nodes
+                    .get(&node)
+                    .await
+                    .map_err(|e| cluster.kube_error("node".into(), e))?;
+                Ok(unschedulable(&n).then_some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // At the bound the stage ends timed out, never having had a pod, and the node is released.
+    let job = wait_timed_out_job(cluster, &client, &ns).await;
+    assert_eq!(
+        condition(&job, "Failed").and_then(|c| c.reason.as_deref()),
+        Some("DeadlineExceeded"),
+        "{job:?}"
+    );
+    let status = job.status.clone().unwrap_or_default();
+    assert_eq!(
+        (status.active, status.failed, status.succeeded),
+        (None, None, None),
+        "the Job never had a pod: {status:?}"
+    );
+    assert!(
+        job.annotations()
+            .get(keys::PODS_NOT_CREATED_ANNOTATION)
+            .is_some_and(|m| m.contains("PodSecurity")),
+        "the refusal stays on the Job as its evidence"
+    );
+    cluster
+        .wait_for("the node uncordoned", BOUND, || async {
+            let n = nodes
+                .get(&node)
+                .await
+                .map_err(|e| cluster.kube_error("node".into(), e))?;
+            Ok((!unschedulable(&n)).then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nw = wait_status(cluster, &client, &ns, Status::Erroring).await;
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let r = state.get("held", "1.0.0").expect("record");
+    assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::Erroring)));
+    // Counted as the batch's failed node (the batch is evaluated once nothing is in flight).
+    let api: Api<nodewright_shared::api::NodeWright> = Api::all(client.clone());
+    cluster
+        .wait_for(
+            "the node counted as failed for its batch",
+            BOUND,
+            || async {
+                let nw = api
+                    .get(&ns)
+                    .await
+                    .map_err(|e| cluster.kube_error("nodewright".into(), e))?;
+                let failed = nw
+                    .status
+                    .as_ref()
+                    .and_then(|s| {
+                        s.compartment_statuses
+                            .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
+                    })
+                    .and_then(|c| c.batch_state.as_ref())
+                    .map(|b| b.failed_nodes);
+                Ok((failed == Some(1)).then_some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {:?}", nw.status));
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}={ns}", keys::NAME_LABEL)))
+        .await
+        .expect("jobs");
+    assert_eq!(
+        jobs.items.iter().map(|j| j.name_any()).collect::<Vec<_>>(),
+        vec![job.name_any()],
+        "no interrupt ever ran"
+    );
 }

@@ -54,6 +54,20 @@ pub fn is_finished(job: &StoredJob) -> bool {
         .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
 }
 
+/// Whether the Job has or had a pod (one active, failed or succeeded): a Job that never had one is
+/// a stage whose pods the cluster refused (or has not created yet).
+pub fn had_pods(job: &StoredJob) -> bool {
+    job.status.as_ref().is_some_and(|s| {
+        s.active.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0 || s.succeeded.unwrap_or(0) > 0
+    })
+}
+
+/// A stage that ended timed out without ever getting a pod (its pods refused until its bound,
+/// `PODS_NOT_CREATED_TIMEOUT` or `stageTimeout`): nothing ran on the node, so it holds no cordon.
+pub fn ended_unstarted(job: &StoredJob) -> bool {
+    is_finished(job) && recorded(job) == Some(Recorded::TimedOut) && !had_pods(job)
+}
+
 /// Whether the Job is suspended.
 pub fn is_suspended(job: &StoredJob) -> bool {
     job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)

@@ -150,6 +150,9 @@ pub struct StoredJobStatus {
     pub failed: Option<i32>,
     /// Pods that succeeded.
     pub succeeded: Option<i32>,
+    /// When the Job controller started it (what `activeDeadlineSeconds` counts from).
+    #[serde(rename = "startTime")]
+    pub start_time: Option<Time>,
 }
 
 /// A Job condition.

@@ -11,7 +11,7 @@ use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
 
 use super::graph;
 use super::stages::{Step, next_step};
-use crate::jobs::read::{JobIndex, Recorded, is_finished, recorded};
+use crate::jobs::read::{JobIndex, Recorded, ended_unstarted, is_finished, recorded};
 use crate::jobs::{MergedInterrupt, merge_interrupts};
 use crate::naming;
 
@@ -47,6 +47,11 @@ pub struct Plan {
     pub delete: Vec<String>,
     /// A disruptive package is in flight: the node must be (stay) cordoned.
     pub cordon: bool,
+    /// A disruptive stage ended without ever getting a pod (refused until its bound) and nothing
+    /// else disruptive is in flight: the NodeWright's cordon is released (issue 22 item 7: never
+    /// hold a node cordoned without a pod able to run on it). The node counts as failed
+    /// ([`Plan::timed_out`]).
+    pub release_cordon: bool,
     /// A stage timed out on this node.
     pub timed_out: bool,
     /// The cached node may be stale for a decision: re-read it and plan again.
@@ -123,7 +128,17 @@ pub fn plan_node(
             Step::Run(stage) => {
                 let disruptive = package.interrupt.is_some()
                     && matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Uninstall);
-                out.cordon |= disruptive;
+                let unstarted = jobs
+                    .get(&naming::package_job_name(
+                        nw,
+                        name,
+                        &package.version,
+                        stage,
+                        node,
+                    ))
+                    .is_some_and(ended_unstarted);
+                out.cordon |= disruptive && !unstarted;
+                out.release_cordon |= disruptive && unstarted;
                 if stage == Stage::Apply && current.is_some_and(|r| r.stage == Stage::Uninstall) {
                     // A cancelled uninstall: its Job, if still running, is stopped (upstream
                     // invalidates its pod); its outcome would no longer be recorded anyway.
@@ -214,6 +229,7 @@ pub fn plan_node(
             break;
         }
     }
+    out.release_cordon &= !out.cordon;
     out
 }
 
@@ -292,7 +308,14 @@ fn interrupt_phase(
                 // failed leaves it here; remove it so the interrupt runs again (see the package
                 // case in [`plan_node`]).
                 Some(Recorded::Rejected) => out.delete.push(interrupt_job.clone()),
-                Some(Recorded::TimedOut) => out.timed_out = true,
+                Some(Recorded::TimedOut) => {
+                    out.timed_out = true;
+                    if ended_unstarted(job) {
+                        // Never got a pod: the node was drained, nothing ran on it.
+                        out.cordon = false;
+                        out.release_cordon = true;
+                    }
+                }
                 Some(Recorded::Complete) if fresh => out.delete.push(interrupt_job.clone()),
                 Some(Recorded::Complete) => out.stale = true,
             },
@@ -738,6 +761,82 @@ pub(crate) mod tests {
             p.state.get("a", "1.0.0").map(|r| (r.stage, r.state)),
             Some((Stage::Apply, Some(State::InProgress)))
         );
+    }
+
+    /// A Job that failed at its deadline; `pods`: how many pods it ever had (failed ones).
+    fn timed_out_job(name: String, pods: i32) -> StoredJob {
+        let mut j = job(name, Some("Failed"), Some(Recorded::TimedOut));
+        if let Some(status) = j.status.as_mut() {
+            status.failed = Some(pods);
+        }
+        j
+    }
+
+    /// Issue 22 item 7: a disruptive stage whose pods were refused until it timed out ran nothing
+    /// on the node: the cordon is released (the node counts as failed); a stage that ran and timed
+    /// out keeps it, for the administrator to look at the node.
+    #[test]
+    fn a_disruptive_stage_that_never_got_a_pod_releases_the_cordon() {
+        let nw = nodewright(&[("a", package(&[], Some(InterruptType::Reboot)))]);
+        let s = state(&[entry("a", Stage::Apply, State::Erroring)]);
+        let apply = naming::package_job_name("nw", "a", "1.0.0", Stage::Apply, "n1");
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::new([timed_out_job(apply.clone(), 0)]),
+            false,
+        );
+        assert!(!p.cordon && p.release_cordon && p.timed_out, "{p:?}");
+        assert!(p.create.is_empty() && p.delete.is_empty(), "{p:?}");
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::new([timed_out_job(apply, 2)]),
+            false,
+        );
+        assert!(p.cordon && !p.release_cordon && p.timed_out, "{p:?}");
+
+        // The merged interrupt likewise.
+        let s = state(&[entry("a", Stage::Interrupt, State::Erroring)]);
+        let interrupt = naming::interrupt_job_name("nw", "n1");
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::new([timed_out_job(interrupt.clone(), 0)]),
+            false,
+        );
+        assert!(!p.cordon && p.release_cordon && p.timed_out, "{p:?}");
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::new([timed_out_job(interrupt, 1)]),
+            false,
+        );
+        assert!(p.cordon && !p.release_cordon, "{p:?}");
+
+        // Another disruptive package still in flight on the node keeps it cordoned.
+        let nw = nodewright(&[
+            ("a", package(&[], Some(InterruptType::Reboot))),
+            ("b", package(&[], Some(InterruptType::Reboot))),
+        ]);
+        let s = state(&[
+            entry("a", Stage::Apply, State::Erroring),
+            entry("b", Stage::Apply, State::InProgress),
+        ]);
+        let apply = naming::package_job_name("nw", "a", "1.0.0", Stage::Apply, "n1");
+        let running = package_job("b", Stage::Apply, None, None);
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::new([timed_out_job(apply, 0), running]),
+            false,
+        );
+        assert!(p.cordon && !p.release_cordon, "{p:?}");
     }
 
     #[test]

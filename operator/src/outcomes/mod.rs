@@ -193,9 +193,19 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
             }
             if let Some(message) = not_created::refusal(&ctx.failed_creates, job) {
                 not_created::surface(ctx, job, node, &annotation, interrupt, &message).await?;
-                // Looked at again while the Job controller keeps trying (a pod event or a newer
+                // Past its bound the stage ends (timed out, its cordon released); before it, it is
+                // looked at again while the Job controller keeps trying (a pod event or a newer
                 // FailedCreate Event also wakes it).
-                return Ok(Action::requeue(STUCK_RECHECK));
+                let mut again = STUCK_RECHECK;
+                if let Some(bound) = ctx.config.pods_not_created_timeout {
+                    match not_created::end_deadline(job, bound, k8s_openapi::jiff::Timestamp::now())
+                    {
+                        Some(Ok(deadline)) => not_created::end(ctx, job, deadline).await?,
+                        Some(Err(left)) => again = again.min(left + Duration::from_millis(100)),
+                        None => {}
+                    }
+                }
+                return Ok(Action::requeue(again));
             }
             Ok(Action::await_change())
         }

@@ -54,12 +54,7 @@ pub fn refusal(
         .map(|m| truncate(m, MAX_MESSAGE))
 }
 
-/// Whether the Job has or had a pod (one active, failed or succeeded).
-pub fn had_pods(job: &StoredJob) -> bool {
-    job.status.as_ref().is_some_and(|s| {
-        s.active.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0 || s.succeeded.unwrap_or(0) > 0
-    })
-}
+pub use nodewright_core::jobs::read::had_pods;
 
 fn truncate(mut text: String, max: usize) -> String {
     if text.len() > max {
@@ -112,6 +107,51 @@ pub async fn surface(
     Ok(())
 }
 
+/// When a stage whose pods are refused must end (the operator's `PODS_NOT_CREATED_TIMEOUT`
+/// `bound` after its Job started, which never had a pod): `Ok(deadline)`, the
+/// `activeDeadlineSeconds` that makes the Job controller fail it now (`DeadlineExceeded`, then
+/// recorded timed out like any stage out of time, and its cordon released: nothing ran on the
+/// node); `Err(left)` while within the bound. `None`: nothing to do (the Job had a pod, or its own
+/// deadline already ended it).
+pub fn end_deadline(
+    job: &StoredJob,
+    bound: std::time::Duration,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Result<i64, std::time::Duration>> {
+    if had_pods(job) {
+        return None;
+    }
+    let started = job
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .or(job.metadata.creation_timestamp.as_ref())?
+        .0;
+    let elapsed = std::time::Duration::try_from(now.duration_since(started)).unwrap_or_default();
+    if elapsed < bound {
+        return Some(Err(bound - elapsed));
+    }
+    let deadline = i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX).max(1);
+    let current = job.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+    if current.is_some_and(|c| c <= deadline) {
+        return None;
+    }
+    Some(Ok(deadline))
+}
+
+/// Ends the refused stage of `job` now (see [`end_deadline`]).
+pub async fn end(ctx: &Context, job: &StoredJob, deadline: i64) -> Result<(), ReconcileError> {
+    let name = kube::ResourceExt::name_any(job);
+    ctx.writer
+        .patch_job(&name, json!({"spec": {"activeDeadlineSeconds": deadline}}))
+        .await
+        .map_err(failed(format!(
+            "ending Job {name}, whose pods were refused past PODS_NOT_CREATED_TIMEOUT"
+        )))?;
+    info!(job = %name, deadline, "ended a stage whose pods were refused past PODS_NOT_CREATED_TIMEOUT");
+    Ok(())
+}
+
 /// Once the Job has (had) a pod, the refusal is history: its annotation goes.
 pub async fn clear(ctx: &Context, job: &StoredJob) -> Result<(), ReconcileError> {
     let name = kube::ResourceExt::name_any(job);
@@ -150,6 +190,36 @@ mod tests {
             "lastTimestamp": at,
         }))
         .expect("event")
+    }
+
+    /// The stage ends at `PODS_NOT_CREATED_TIMEOUT` after its Job started, by a deadline of the
+    /// time it has run; not before, not once it had a pod, not when its own deadline ends it first.
+    #[test]
+    fn a_refused_stage_ends_at_its_bound() {
+        let started = "2026-12-03T10:00:00Z";
+        let at = |t: &str| t.parse::<k8s_openapi::jiff::Timestamp>().expect("time");
+        let bound = std::time::Duration::from_secs(600);
+        let refused = job("u", json!({"startTime": started}));
+        assert_eq!(
+            end_deadline(&refused, bound, at("2026-12-03T10:04:00Z")),
+            Some(Err(std::time::Duration::from_secs(360)))
+        );
+        assert_eq!(
+            end_deadline(&refused, bound, at("2026-12-03T10:10:05Z")),
+            Some(Ok(605))
+        );
+        let ran = job("u", json!({"startTime": started, "failed": 1}));
+        assert_eq!(end_deadline(&ran, bound, at("2026-12-03T11:00:00Z")), None);
+        let mut bounded = job("u", json!({"startTime": started}));
+        bounded.spec = Some(nodewright_core::jobs::stored::StoredJobSpec {
+            active_deadline_seconds: Some(300),
+            ..Default::default()
+        });
+        assert_eq!(
+            end_deadline(&bounded, bound, at("2026-12-03T10:10:05Z")),
+            None,
+            "its own stageTimeout ends it"
+        );
     }
 
     #[test]

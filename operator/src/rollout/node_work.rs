@@ -153,6 +153,9 @@ pub async fn advance(
             }
         } else if p.cordon && !cordon::holds_cordon(&node, &nw) {
             cordon::cordon(&mut edit, &node, &nw);
+        } else if p.release_cordon && cordon::holds_cordon(&node, &nw) {
+            // A disruptive stage ended without a pod ever running: nothing holds the node.
+            cordon::uncordon(&mut edit, &node, &nw);
         }
         match ctx.writer.apply_node_edit(&node, &edit).await {
             Ok(Some(updated)) => node = updated,

@@ -62,6 +62,9 @@ pub const ENV_LEASE_RETRY_PERIOD: &str = "LEASE_RETRY_PERIOD";
 pub const ENV_POD_NAME: &str = "POD_NAME";
 /// Fallback identity when `POD_NAME` is unset (a pod's hostname is its name).
 pub const ENV_HOSTNAME: &str = "HOSTNAME";
+/// How long a stage's pods may be refused (Pod Security, a quota, an admission webhook) before
+/// the stage ends timed out and its node's cordon is released; `0` = only `stageTimeout` ends it.
+pub const ENV_PODS_NOT_CREATED_TIMEOUT: &str = "PODS_NOT_CREATED_TIMEOUT";
 /// Plain-HTTP address of `/metrics`.
 pub const ENV_METRICS_LISTEN: &str = "METRICS_LISTEN";
 /// Plain-HTTP address of `/healthz` and `/readyz`.
@@ -76,6 +79,8 @@ pub const ENV_LOG_LEVEL: &str = "LOG_LEVEL";
 
 /// The operator's namespace unless configured (the chart's release namespace normally).
 pub const DEFAULT_NAMESPACE: &str = "nodewright";
+/// `PODS_NOT_CREATED_TIMEOUT` unless configured.
+pub const DEFAULT_PODS_NOT_CREATED_TIMEOUT: &str = "10m";
 /// Requeue interval of an idle reconcile (upstream's).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(600);
 /// Shorter intervals would turn the idle resync into load on the apiserver (upstream's minimum).
@@ -116,6 +121,10 @@ pub struct OperatorConfig {
     pub default_interval: Duration,
     /// `REAPPLY_ON_REBOOT`.
     pub reapply_on_reboot: bool,
+    /// `PODS_NOT_CREATED_TIMEOUT` (default 10m; `None` for `0`): how long a stage's pods may be
+    /// refused before it ends timed out and its cordon is released (issue 22 item 7: a drained node
+    /// is never held for a pod that cannot run).
+    pub pods_not_created_timeout: Option<Duration>,
     /// `LEADER_ELECTION`: when false this replica acts as the leader unconditionally (one replica only).
     pub leader_election: bool,
     /// The Lease (namespace = `NAMESPACE`, `LEASE_NAME`, identity = `POD_NAME`, timings).
@@ -268,6 +277,18 @@ impl OperatorConfig {
             |d| d >= MIN_INTERVAL,
         );
         let reapply_on_reboot = p.boolean(ENV_REAPPLY_ON_REBOOT, get(ENV_REAPPLY_ON_REBOOT), false);
+        let pods_not_created_timeout = p
+            .duration(
+                ENV_PODS_NOT_CREATED_TIMEOUT,
+                or(
+                    ENV_PODS_NOT_CREATED_TIMEOUT,
+                    DEFAULT_PODS_NOT_CREATED_TIMEOUT,
+                ),
+                "a Go duration of whole seconds, e.g. \"10m\" (default), or \"0\" to let only a \
+                 package's stageTimeout end a stage whose pods are refused",
+                |d| d.subsec_nanos() == 0,
+            )
+            .map(|d| (!d.is_zero()).then_some(d));
         let leader_election = p.boolean(ENV_LEADER_ELECTION, get(ENV_LEADER_ELECTION), true);
 
         let lease_name = p.check(
@@ -404,6 +425,7 @@ impl OperatorConfig {
             runtime_required_taint,
             default_interval,
             reapply_on_reboot,
+            pods_not_created_timeout,
             leader_election,
             lease_name,
             timings,
@@ -428,6 +450,7 @@ impl OperatorConfig {
                 Some(runtime_required_taint),
                 Some(default_interval),
                 Some(reapply_on_reboot),
+                Some(pods_not_created_timeout),
                 Some(leader_election),
                 Some(lease_name),
                 Some(timings),
@@ -459,6 +482,7 @@ impl OperatorConfig {
                 },
                 default_interval,
                 reapply_on_reboot,
+                pods_not_created_timeout,
                 leader_election,
                 metrics_listen,
                 probe_listen,
@@ -786,6 +810,28 @@ mod tests {
                     .accepted
                     .contains("DNS-1123 label")
             );
+        }
+    }
+
+    #[test]
+    fn pods_not_created_timeout() {
+        assert_eq!(
+            env(&[]).expect("valid").pods_not_created_timeout,
+            Some(Duration::from_secs(600)),
+            "default 10m"
+        );
+        assert_eq!(
+            accepts("PODS_NOT_CREATED_TIMEOUT", "90s").pods_not_created_timeout,
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            accepts("PODS_NOT_CREATED_TIMEOUT", "0").pods_not_created_timeout,
+            None,
+            "0 = only stageTimeout"
+        );
+        for bad in ["-1m", "1.5s", "ten minutes"] {
+            let p = problem("PODS_NOT_CREATED_TIMEOUT", bad);
+            assert!(p.accepted.contains("stageTimeout"), "{p:?}");
         }
     }
 

@@ -1,6 +1,6 @@
 //! The example cluster the docs' tested blocks run on: the local control plane (kwok nodes), the
 //! operator and the webhook in-process as the chart would run them (operator namespace
-//! `nodewright`, leader election on, the webhook registered by URL with its own CA), their metrics
+//! `nodewright`, its Jobs in `nodewright-packages`, leader election on, the webhook registered by URL with its own CA), their metrics
 //! endpoints, and the pod fates a page asks for. One for all pages; [`Env::run_page`] runs a page's
 //! steps in order and cleans up what it created.
 
@@ -21,6 +21,9 @@ use crate::pages::{Step, steps, unmatched};
 
 /// The operator's namespace on the example cluster (as the docs' commands name it).
 pub const NAMESPACE: &str = "nodewright";
+/// The package namespace (the chart's default for `helm install nodewright -n nodewright`): the
+/// stage Jobs and their pods, as the docs' commands name it.
+pub const PACKAGE_NAMESPACE: &str = "nodewright-packages";
 /// Kwok nodes of the example cluster.
 pub const NODES: u32 = 4;
 
@@ -157,6 +160,7 @@ fn webhook_configurations(port: u16, ca_pem: &str) -> String {
 pub fn operator_env() -> BTreeMap<&'static str, &'static str> {
     BTreeMap::from([
         ("NAMESPACE", NAMESPACE),
+        ("PACKAGE_NAMESPACE", PACKAGE_NAMESPACE),
         ("POD_NAME", "nodewright-operator-0"),
         ("LEADER_ELECTION", "true"),
         ("LEASE_NAME", "nodewright-operator"),
@@ -178,10 +182,12 @@ impl Env {
         .await
         .map_err(setup("control plane"))?;
         let dir = tempfile_dir::Dir::new("nodewright-docs").map_err(setup("scratch dir"))?;
-        cluster
-            .kubectl(&["create", "namespace", NAMESPACE])
-            .await
-            .map_err(setup("operator namespace"))?;
+        for namespace in [NAMESPACE, PACKAGE_NAMESPACE] {
+            cluster
+                .kubectl(&["create", "namespace", namespace])
+                .await
+                .map_err(setup("operator namespace"))?;
+        }
         let stop = CancellationToken::new();
 
         // The webhook, in-process, as its binary wires it.
@@ -388,6 +394,10 @@ impl Env {
             std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
         );
         vec![
+            (
+                "NODEWRIGHT_PACKAGE_NAMESPACE".into(),
+                PACKAGE_NAMESPACE.into(),
+            ),
             ("PATH".into(), path),
             (
                 "KUBECONFIG".into(),
