@@ -5,7 +5,8 @@
 #      package, pause) from the workspace's binaries, with umoci (no daemon, no registry),
 #   2. starts a local control plane with 2 kwok nodes and one real node (kubelet + containerd,
 #      needs root) and imports the images into the real node's containerd,
-#   3. `helm install`s the chart: the operator elects a leader, the webhook serves 2 replicas behind
+#   3. `helm install`s the chart into a namespace at Pod Security `restricted` (package pods run in
+#      the chart's privileged `nodewright-packages`): the operator elects a leader, the webhook serves 2 replicas behind
 #      its Service, the operator issues the webhook's certificate,
 #   4. shows a bad NodeWright denied by the in-cluster webhook,
 #   5. applies a NodeWright whose package runs on the real node through the test agent and shows
@@ -69,8 +70,12 @@ webhook:
     - {name: KUBERNETES_SERVICE_PORT, value: "${port}"}
 defaults: {jobBackoffLimit: 1}
 crds: {keep: false}
+# Package pods (privileged host pods) run here, created by the chart at Pod Security privileged.
+packageNamespace: {name: nodewright-packages}
 EOF
+# The services' namespace at Pod Security restricted: the package pods run in their own.
 run kubectl create namespace nodewright
+run kubectl label namespace nodewright pod-security.kubernetes.io/enforce=restricted
 run helm install nw chart -n nodewright -f "${work}/values.yaml"
 run kubectl -n nodewright rollout status deploy/nw-nodewright-operator --timeout=180s
 run kubectl -n nodewright rollout status deploy/nw-nodewright-webhook --timeout=180s
@@ -110,15 +115,15 @@ EOF
 run kubectl apply -f "${work}/nodewright.yaml"
 deadline=$(( $(date +%s) + 180 ))
 until [[ "$(kubectl get nw real-demo -o jsonpath='{.status.status}' 2>/dev/null)" == "complete" ]]; do
-  (( $(date +%s) < deadline )) || { kubectl -n nodewright get jobs,pods -o wide; echo "the stage did not complete" >&2; exit 1; }
+  (( $(date +%s) < deadline )) || { kubectl -n nodewright-packages get jobs,pods -o wide; echo "the stage did not complete" >&2; exit 1; }
   sleep 1
 done
 run kubectl get nw real-demo
-run kubectl -n nodewright get jobs -L nodewright.nvidia.com/package,nodewright.nvidia.com/stage
-job="$(kubectl -n nodewright get jobs -l nodewright.nvidia.com/name=real-demo,nodewright.nvidia.com/stage=apply -o jsonpath='{.items[0].metadata.name}')"
-pod="$(kubectl -n nodewright get pods -l "job-name=${job}" -o jsonpath='{.items[0].metadata.name}')"
-container="$(kubectl -n nodewright get pod "${pod}" -o jsonpath='{.spec.initContainers[1].name}')"
-run kubectl -n nodewright logs "${pod}" -c "${container}"
+run kubectl -n nodewright-packages get jobs -L nodewright.nvidia.com/package,nodewright.nvidia.com/stage
+job="$(kubectl -n nodewright-packages get jobs -l nodewright.nvidia.com/name=real-demo,nodewright.nvidia.com/stage=apply -o jsonpath='{.items[0].metadata.name}')"
+pod="$(kubectl -n nodewright-packages get pods -l "job-name=${job}" -o jsonpath='{.items[0].metadata.name}')"
+container="$(kubectl -n nodewright-packages get pod "${pod}" -o jsonpath='{.spec.initContainers[1].name}')"
+run kubectl -n nodewright-packages logs "${pod}" -c "${container}"
 run kubectl get node "${real}" -o jsonpath='{.metadata.annotations.nodewright\.nvidia\.com/nodeState_real-demo}{"\n"}'
 
 say "A reboot interrupt: the real node reboots (the machine running this demo does not)"
@@ -157,7 +162,7 @@ while :; do
     last="${line}"
   fi
   [[ "${state}" == complete && "${line}" != *unschedulable=true* ]] && break
-  (( $(date +%s) < deadline )) || { kubectl -n nodewright get jobs,pods -o wide; echo "the reboot interrupt did not complete" >&2; exit 1; }
+  (( $(date +%s) < deadline )) || { kubectl -n nodewright-packages get jobs,pods -o wide; echo "the reboot interrupt did not complete" >&2; exit 1; }
   sleep 1
 done
 boot_after="$(kubectl get node "${real}" -o jsonpath='{.status.nodeInfo.bootID}')"
@@ -166,10 +171,10 @@ echo "boot ID after:  ${boot_after}"
 run kubectl get events -n default --field-selector "reason=Rebooted,involvedObject.name=${real}"
 echo "The node's supervisor: its boots and the host commands the agent ran on the node"
 run cat "${NODEWRIGHT_REAL_NODE_DIR}/boots.log" "${NODEWRIGHT_REAL_NODE_DIR}/host-commands.log"
-job="$(kubectl -n nodewright get jobs -l nodewright.nvidia.com/name=real-reboot,nodewright.nvidia.com/stage=post-interrupt -o jsonpath='{.items[0].metadata.name}')"
-pod="$(kubectl -n nodewright get pods -l "job-name=${job}" -o jsonpath='{.items[0].metadata.name}')"
-container="$(kubectl -n nodewright get pod "${pod}" -o jsonpath='{.spec.initContainers[1].name}')"
-run kubectl -n nodewright logs "${pod}" -c "${container}"
+job="$(kubectl -n nodewright-packages get jobs -l nodewright.nvidia.com/name=real-reboot,nodewright.nvidia.com/stage=post-interrupt -o jsonpath='{.items[0].metadata.name}')"
+pod="$(kubectl -n nodewright-packages get pods -l "job-name=${job}" -o jsonpath='{.items[0].metadata.name}')"
+container="$(kubectl -n nodewright-packages get pod "${pod}" -o jsonpath='{.spec.initContainers[1].name}')"
+run kubectl -n nodewright-packages logs "${pod}" -c "${container}"
 run kubectl delete nw real-reboot --wait=true --timeout=120s
 run kubectl -n nodewright rollout status deploy/nw-nodewright-webhook --timeout=180s
 
