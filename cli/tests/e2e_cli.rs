@@ -1541,6 +1541,22 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
         json["operator"]["deployment"],
         format!("{ns}/rel-nodewright-operator")
     );
+    // The package Jobs are looked for where the chart's operator runs them: its Deployment's
+    // PACKAGE_NAMESPACE (or --package-namespace).
+    sh(
+        cluster,
+        &ns,
+        "package logs agent --nodewright cli-version-none",
+    )
+    .await
+    .fails(1, &format!("namespace {ns}-rel-nodewright-packages"));
+    sh(
+        cluster,
+        &ns,
+        "package logs agent --nodewright cli-version-none --package-namespace elsewhere",
+    )
+    .await
+    .fails(1, "namespace elsewhere");
     let wide = sh(cluster, &ns, "version -o wide").await;
     assert!(wide.ok().contains("(Deployment "), "{wide:#?}");
     sh(cluster, &ns, "version -o yaml").await.yaml();

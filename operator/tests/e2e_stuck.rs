@@ -41,9 +41,11 @@ use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 
 mod support;
+use nodewright_shared::api::DEFAULT_COMPARTMENT;
 use support::{
     BOUND, cluster, condition_is, create_labelled_nodewright, node_state, on_nodes, operator_env,
-    own_node, package, spawn_operator, state_of, wait_event, wait_status, wait_timed_out_job,
+    own_node, package, pod_security, spawn_operator, state_of, wait_event, wait_node,
+    wait_nodewright, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes the test's operator to its own NodeWright (distinct from the other suites).
@@ -355,16 +357,7 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
     let (ns, node) = own_node(cluster, &client, "not-created").await;
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let level = |value: serde_json::Value| {
-        Patch::Merge(json!({"metadata": {"labels": {
-            "pod-security.kubernetes.io/enforce": value,
-        }}}))
-    };
-    namespaces
-        .patch(&ns, &PatchParams::default(), &level(json!("baseline")))
-        .await
-        .expect("namespace at baseline");
+    pod_security(&client, &ns, "baseline").await;
     let env = operator_env(&ns, format!("operator-{ns}"), 3);
     let _operator = spawn_operator(
         client.clone(),
@@ -407,35 +400,29 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     // The node's Erroring condition names the Job and the refusal (`kubectl describe node`).
-    let nodes: Api<Node> = Api::all(client.clone());
     let erroring_type = nodewright_core::node::conditions::erroring_type(&ns);
-    cluster
-        .wait_for(
-            "the node's Erroring condition naming the Job",
-            BOUND,
-            || async {
-                let n = nodes
-                    .get(&node)
-                    .await
-                    .map_err(|e| cluster.kube_error("node".into(), e))?;
-                let named = n
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .any(|c| {
-                        c.type_ == erroring_type
-                            && c.status == "True"
-                            && c.reason.as_deref() == Some("PodsNotCreated")
-                            && c.message.as_deref().is_some_and(|m| {
-                                m.contains(&job.name_any()) && m.contains("PodSecurity")
-                            })
-                    });
-                Ok(named.then_some(()))
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_node(
+        cluster,
+        &client,
+        &node,
+        "its Erroring condition naming the Job",
+        |n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c.type_ == erroring_type
+                        && c.status == "True"
+                        && c.reason.as_deref() == Some("PodsNotCreated")
+                        && c.message.as_deref().is_some_and(|m| {
+                            m.contains(&job.name_any()) && m.contains("PodSecurity")
+                        })
+                })
+        },
+    )
+    .await;
     let event = wait_event(cluster, &client, &ns, "StagePodsNotCreated", "NodeWright").await;
     let note = event.message.unwrap_or_default();
     assert!(
@@ -446,10 +433,7 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
 
     // The administrator allows privileged pods there: the Job controller's next try creates the
     // pod, the stage completes, and the refusal note goes.
-    namespaces
-        .patch(&ns, &PatchParams::default(), &level(json!("privileged")))
-        .await
-        .expect("namespace at privileged");
+    pod_security(&client, &ns, "privileged").await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
     // The note goes once the Job has had a pod (maybe just after the stage was recorded).
     let name = job.name_any();
@@ -477,16 +461,7 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
     let (ns, node) = own_node(cluster, &client, "release").await;
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {
-                "pod-security.kubernetes.io/enforce": "baseline",
-            }}})),
-        )
-        .await
-        .expect("namespace at baseline");
+    pod_security(&client, &ns, "baseline").await;
     let policy: nodewright_shared::api::DeploymentPolicy = serde_json::from_value(json!({
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
         "kind": "DeploymentPolicy",
@@ -528,22 +503,8 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
     )
     .await;
     // Cordoned and drained for the apply stage, whose pod Pod Security refuses.
-    let nodes: Api<Node> = Api::all(client.clone());
     let unschedulable = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-    cluster
-        .wait_for(
-            "the node cordoned for the disruptive stage",
-            BOUND,
-            || async {
-                let n = nodes
-                    .get(&node)
-                    .await
-                    .map_err(|e| cluster.kube_error("node".into(), e))?;
-                Ok(unschedulable(&n).then_some(()))
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_node(cluster, &client, &node, "cordoned", unschedulable).await;
     // At the bound the stage ends timed out, never having had a pod, and the node is released.
     let job = wait_timed_out_job(cluster, &client, &ns).await;
     assert_eq!(
@@ -563,45 +524,26 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
             .is_some_and(|m| m.contains("PodSecurity")),
         "the refusal stays on the Job as its evidence"
     );
-    cluster
-        .wait_for("the node uncordoned", BOUND, || async {
-            let n = nodes
-                .get(&node)
-                .await
-                .map_err(|e| cluster.kube_error("node".into(), e))?;
-            Ok((!unschedulable(&n)).then_some(()))
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let nw = wait_status(cluster, &client, &ns, Status::Erroring).await;
+    wait_node(cluster, &client, &node, "uncordoned", |n| !unschedulable(n)).await;
+    wait_status(cluster, &client, &ns, Status::Erroring).await;
     let state = node_state(&client, &node, &ns).await.expect("node state");
     let r = state.get("held", "1.0.0").expect("record");
     assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::Erroring)));
     // Counted as the batch's failed node (the batch is evaluated once nothing is in flight).
-    let api: Api<nodewright_shared::api::NodeWright> = Api::all(client.clone());
-    cluster
-        .wait_for(
-            "the node counted as failed for its batch",
-            BOUND,
-            || async {
-                let nw = api
-                    .get(&ns)
-                    .await
-                    .map_err(|e| cluster.kube_error("nodewright".into(), e))?;
-                let failed = nw
-                    .status
-                    .as_ref()
-                    .and_then(|s| {
-                        s.compartment_statuses
-                            .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
-                    })
-                    .and_then(|c| c.batch_state.as_ref())
-                    .map(|b| b.failed_nodes);
-                Ok((failed == Some(1)).then_some(()))
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}: {:?}", nw.status));
+    wait_nodewright(
+        cluster,
+        &client,
+        &ns,
+        "its node counted failed for its batch",
+        |nw| {
+            nw.status
+                .as_ref()
+                .and_then(|s| s.compartment_statuses.get(DEFAULT_COMPARTMENT))
+                .and_then(|c| c.batch_state.as_ref())
+                .is_some_and(|b| b.failed_nodes == 1)
+        },
+    )
+    .await;
     let jobs = Api::<Job>::namespaced(client.clone(), &ns)
         .list(&ListParams::default().labels(&format!("{}={ns}", keys::NAME_LABEL)))
         .await

@@ -193,6 +193,33 @@ pub fn fate_for(package: &'static str, stage: &'static str, fate: PodFate) -> Jo
     })
 }
 
+/// Waits until `ready` holds on the object `name` of `api`; returns it.
+async fn wait_object<K>(
+    cluster: &Cluster,
+    api: Api<K>,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&K) -> bool,
+) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let ready = &ready;
+    cluster
+        .wait_for(what, BOUND, || {
+            let api = api.clone();
+            async move {
+                let object = api
+                    .get(name)
+                    .await
+                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
+                Ok(ready(&object).then_some(object))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Waits until `ready` holds on the NodeWright `name` (and its status); returns it.
 pub async fn wait_nodewright(
     cluster: &Cluster,
@@ -202,20 +229,40 @@ pub async fn wait_nodewright(
     ready: impl Fn(&NodeWright) -> bool,
 ) -> NodeWright {
     let api = Api::<NodeWright>::all(client.clone());
-    let ready = &ready;
-    cluster
-        .wait_for(&format!("NodeWright {name}: {what}"), BOUND, || {
-            let api = api.clone();
-            async move {
-                let nw = api
-                    .get(name)
-                    .await
-                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
-                Ok(ready(&nw).then_some(nw))
-            }
-        })
+    wait_object(
+        cluster,
+        api,
+        name,
+        &format!("NodeWright {name}: {what}"),
+        ready,
+    )
+    .await
+}
+
+/// Waits until `ready` holds on the node `name`; returns it.
+pub async fn wait_node(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Node) -> bool,
+) -> Node {
+    let api = Api::<Node>::all(client.clone());
+    wait_object(cluster, api, name, &format!("node {name}: {what}"), ready).await
+}
+
+/// Sets the Pod Security `enforce` level of namespace `ns` (`privileged`, `baseline`...).
+pub async fn pod_security(client: &kube::Client, ns: &str, level: &str) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": level,
+            }}})),
+        )
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("namespace {ns} at Pod Security {level}: {e}"));
 }
 
 /// Whether the NodeWright's rolled-up status is `want`.

@@ -776,6 +776,20 @@ impl Cluster {
         Ok(name)
     }
 
+    /// [`Cluster::create_namespace`] at Pod Security's `restricted` level, as a hardened cluster
+    /// has its namespaces: where the chart's services must run (never its privileged package pods).
+    pub async fn create_restricted_namespace(&self, prefix: &str) -> Result<String> {
+        let name = self.create_namespace(prefix).await?;
+        self.kubectl(&[
+            "label",
+            "namespace",
+            &name,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ])
+        .await?;
+        Ok(name)
+    }
+
     /// Polls `probe` every 250 ms until it returns `Ok(Some(value))`, an error, or `timeout`
     /// passes. The timeout is a bound on a hang, not an assertion on speed: choose it generously.
     pub async fn wait_for<T, F, Fut>(

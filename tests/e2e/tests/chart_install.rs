@@ -207,19 +207,13 @@ async fn install_admit_upgrade_uninstall() {
     .await
     .expect("cluster");
     let admin = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("chart").await.expect("namespace");
-    // The services' namespace at Pod Security's `restricted` level, as a hardened cluster has it:
-    // the privileged package pods must run elsewhere (the chart's package namespace), or the Job
-    // controller cannot create them and the rollout below never completes.
-    cluster
-        .kubectl(&[
-            "label",
-            "namespace",
-            &ns,
-            "pod-security.kubernetes.io/enforce=restricted",
-        ])
+    // The services' namespace at Pod Security's `restricted` level: the privileged package pods
+    // must run elsewhere (the chart's package namespace), or the Job controller cannot create them
+    // and the rollout below never completes.
+    let ns = cluster
+        .create_restricted_namespace("chart")
         .await
-        .expect("label the release namespace restricted");
+        .expect("namespace");
     let pkg_ns = format!("{ns}-nw-nodewright-packages");
     let work = tempfile::tempdir().expect("tempdir");
     let port = free_port();

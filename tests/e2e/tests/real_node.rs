@@ -102,21 +102,12 @@ async fn chart_and_package_stages_on_a_real_node() {
         .expect("the real node's name")
         .to_owned();
     let client = cluster.client().await.expect("client");
+    // The services run at Pod Security's `restricted` level; the privileged package pods run in
+    // the chart's package namespace.
     let ns = cluster
-        .create_namespace("nw-real")
+        .create_restricted_namespace("nw-real")
         .await
         .expect("namespace");
-    // The services run at Pod Security's `restricted` level, as a hardened cluster's namespaces
-    // do; the privileged package pods run in the chart's package namespace.
-    cluster
-        .kubectl(&[
-            "label",
-            "namespace",
-            &ns,
-            "pod-security.kubernetes.io/enforce=restricted",
-        ])
-        .await
-        .expect("label the release namespace restricted");
     let work = tempfile::tempdir().expect("tempdir");
     // The package stages' host directories: under the real node's root, removed with it.
     let host_dir = cluster
