@@ -1543,6 +1543,17 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
     );
     // The package Jobs are looked for where the chart's operator runs them: its Deployment's
     // PACKAGE_NAMESPACE (or --package-namespace).
+    create_nodewright(
+        &client,
+        "cli-version-none",
+        "none",
+        NodeWrightSpec {
+            packages: BTreeMap::from([("agent".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+        &[],
+    )
+    .await;
     sh(
         cluster,
         &ns,
