@@ -17,6 +17,9 @@
 //! (c) A disruptive stage whose pods stay refused past `PODS_NOT_CREATED_TIMEOUT` ends timed out
 //! and releases the node it cordoned and drained (counted as failed for its batch).
 //!
+//! (d) An attempt waiting on an image the kubelet cannot pull is named (Event, node condition, a
+//! note on the Job) without touching the stage, and the note goes once the image pulls.
+//!
 //! No timing assertion: waits are bounded only so a broken build fails instead of hanging. The one
 //! comparison with `STUCK_BOUND` is an order read from the Job's own condition timestamp: the
 //! erroring record, seen through a watch, cannot be seen before it was written.
@@ -553,4 +556,120 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
         vec![job.name_any()],
         "no interrupt ever ran"
     );
+}
+
+/// (d) An attempt waiting on an image the kubelet cannot pull (`ImagePullBackOff`) is named once it
+/// has waited `IMAGE_PULL_FAILING_AFTER`: a Warning `StageImagePullFailing` Event with the image and
+/// the kubelet's message, the node's Erroring condition (`ImagePullFailing`) and the note on the
+/// Job; the stage itself is untouched (in progress, no attempt counted). Once the image pulls, the
+/// stage completes and the note and condition go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d_an_attempt_waiting_on_an_image_it_cannot_pull_is_named() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, "image-pull").await;
+    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
+    env.insert("IMAGE_PULL_FAILING_AFTER", "2s".to_owned());
+    let _operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        Some(support::fate_for(
+            "missing",
+            "apply",
+            PodFate::never_start(),
+        )),
+        None,
+    );
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("missing".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let event = wait_event(cluster, &client, &ns, "StageImagePullFailing", "NodeWright").await;
+    let note = event.message.unwrap_or_default();
+    assert!(
+        note.contains("ImagePullBackOff") && note.contains("Back-off pulling image"),
+        "{note}"
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let erroring_type = nodewright_core::node::conditions::erroring_type(&ns);
+    let erroring_reason = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == erroring_type)
+            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+    };
+    wait_node(cluster, &client, &node, "Erroring: ImagePullFailing", |n| {
+        erroring_reason(n) == Some(("True".into(), "ImagePullFailing".into()))
+    })
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let listed = jobs
+        .list(&ListParams::default().labels(&format!("{}={ns}", keys::NAME_LABEL)))
+        .await
+        .expect("jobs");
+    let job = listed.items.first().expect("the apply Job");
+    assert!(
+        job.annotations()
+            .get(keys::IMAGE_PULL_FAILING_ANNOTATION)
+            .is_some_and(|m| m.contains("ImagePullBackOff")),
+        "{:?}",
+        job.annotations()
+    );
+    // The stage runs on as any stage: no attempt counted, not erroring.
+    let state = node_state(&client, &node, &ns).await.expect("node state");
+    let r = state.get("missing", "1.0.0").expect("record");
+    assert_eq!(
+        (r.stage, r.state, r.restarts),
+        (Stage::Apply, Some(State::InProgress), 0)
+    );
+
+    // The image pulls at last (the fate goes): the stage completes, the note and condition go.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let waiting = pods
+        .list(&ListParams::default().labels(&format!("job-name={}", job.name_any())))
+        .await
+        .expect("pods");
+    for pod in &waiting.items {
+        pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {FATE_LABEL: null}}})),
+        )
+        .await
+        .expect("the image pulls");
+    }
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    let name = job.name_any();
+    cluster
+        .wait_for("the image-pull note gone from the Job", BOUND, || async {
+            let job = jobs
+                .get(&name)
+                .await
+                .map_err(|e| cluster.kube_error("job".into(), e))?;
+            Ok((!job
+                .annotations()
+                .contains_key(keys::IMAGE_PULL_FAILING_ANNOTATION))
+            .then_some(()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_node(
+        cluster,
+        &client,
+        &node,
+        "Erroring no longer ImagePullFailing",
+        |n| erroring_reason(n).is_some_and(|(status, _)| status == "False"),
+    )
+    .await;
 }

@@ -46,6 +46,9 @@ pub const LAST_LOGS_ANNOTATION: &str = "nodewright.nvidia.com/last-logs";
 /// Job annotation: the apiserver's message refusing the Job's pod (its `FailedCreate` Event), while
 /// the Job has never had a pod; removed once it has one.
 pub const PODS_NOT_CREATED_ANNOTATION: &str = "nodewright.nvidia.com/pods-not-created";
+/// Job annotation: an attempt of the Job waits on an image the kubelet cannot pull (the container,
+/// the image and the kubelet's message); removed once no attempt waits so.
+pub const IMAGE_PULL_FAILING_ANNOTATION: &str = "nodewright.nvidia.com/image-pull-failing";
 
 /// The longest NodeWright name: node keys are `nodewright.nvidia.com/<word>_<name>`, and the name
 /// part of a qualified key (`nodeState_<name>`, the longest word) must be at most 63 characters.

@@ -98,6 +98,9 @@ struct PackageWhy {
     /// The apiserver's refusal of the Job's pod, while the Job has never had one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pods_not_created: Option<String>,
+    /// An attempt waiting on an image the kubelet cannot pull: the container, image and message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image_pull_failing: Option<String>,
     /// StageTimedOut Events about it on the node.
     events: Vec<String>,
     /// What to do.
@@ -196,6 +199,9 @@ impl Render for WhyReport {
                 }
                 if let Some(refusal) = &p.pods_not_created {
                     out.push_str(&format!("    pods not created: {refusal}\n"));
+                }
+                if let Some(wait) = &p.image_pull_failing {
+                    out.push_str(&format!("    image not pulled: {wait}\n"));
                 }
                 if let Some(logs) = &p.last_logs {
                     out.push_str("    last-logs:\n");
@@ -465,6 +471,16 @@ fn package_why(
                 job.map(ResourceExt::name_any).unwrap_or_default()
             )),
         )
+    } else if running
+        && job.is_some_and(|j| {
+            j.annotations()
+                .contains_key(keys::IMAGE_PULL_FAILING_ANNOTATION)
+        })
+    {
+        (
+            "an attempt waits on an image the kubelet cannot pull (see above): fix the package's image (or containerSHA, or the pull secret); the kubelet keeps retrying and the stage runs once it pulls, within its stageTimeout".to_owned(),
+            None,
+        )
     } else if erroring && running {
         (
             "a genuine failure; the Job retries within its backoff limit".to_owned(),
@@ -511,6 +527,11 @@ fn package_why(
         pods_not_created: job.and_then(|j| {
             j.annotations()
                 .get(keys::PODS_NOT_CREATED_ANNOTATION)
+                .cloned()
+        }),
+        image_pull_failing: job.filter(|_| running).and_then(|j| {
+            j.annotations()
+                .get(keys::IMAGE_PULL_FAILING_ANNOTATION)
                 .cloned()
         }),
         events: pkg_events,

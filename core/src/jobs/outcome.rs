@@ -147,6 +147,49 @@ pub fn counted_pods(job: &StoredJob, pods: Vec<StoredPod>) -> Vec<StoredPod> {
         .collect()
 }
 
+/// Waiting reasons of a container whose image the kubelet cannot pull.
+pub const IMAGE_PULL_REASONS: [&str; 4] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+];
+
+/// The container of a live pod waiting on an image the kubelet cannot pull, said as a user reads
+/// it: `container C, image I: ImagePullBackOff: <the kubelet's message>`. Init containers first
+/// (they run first: a main container waits on them, not on its image).
+pub fn image_pull_wait(pod: &StoredPod) -> Option<String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    status
+        .init_container_statuses
+        .iter()
+        .chain(status.container_statuses.iter())
+        .flatten()
+        .find_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.as_deref()?;
+            IMAGE_PULL_REASONS.contains(&reason).then(|| {
+                let image = c
+                    .image
+                    .as_deref()
+                    .filter(|i| !i.is_empty())
+                    .map_or_else(String::new, |i| format!(", image {i}"));
+                let message = waiting
+                    .message
+                    .as_deref()
+                    .filter(|m| !m.is_empty())
+                    .map_or_else(String::new, |m| format!(": {m}"));
+                format!("container {}{image}: {reason}{message}", c.name)
+            })
+        })
+}
+
 /// Genuine failed attempts among a Job's pods: the `restarts` written with `(stage, erroring)`.
 /// Saturates at `i32::MAX` (the node-state field's type).
 pub fn attempts(pods: &[StoredPod]) -> i32 {
@@ -627,6 +670,43 @@ mod tests {
             "metadata": {"name": name, "creationTimestamp": created},
             "status": {"phase": "Failed", "initContainerStatuses": [terminated("dax-apply", 1, "Error")]}
         }))
+    }
+
+    #[test]
+    fn an_attempt_waiting_on_an_image_it_cannot_pull_is_named_with_the_kubelets_words() {
+        let waiting_on = |reason: &str, message: &str| {
+            pod(
+                json!({"status": {"phase": "Pending", "initContainerStatuses": [
+                    {"name": "dax-init", "image": "ghcr.io/x/pkg:1.0", "imageID": "", "ready": false,
+                     "restartCount": 0,
+                     "state": {"waiting": {"reason": reason, "message": message}}}
+                ]}}),
+            )
+        };
+        assert_eq!(
+            image_pull_wait(&waiting_on("ImagePullBackOff", "Back-off pulling image")).as_deref(),
+            Some(
+                "container dax-init, image ghcr.io/x/pkg:1.0: ImagePullBackOff: Back-off pulling image"
+            )
+        );
+        assert!(image_pull_wait(&waiting_on("ErrImagePull", "")).is_some());
+        assert!(image_pull_wait(&waiting_on("InvalidImageName", "")).is_some());
+        assert_eq!(image_pull_wait(&waiting_on("PodInitializing", "")), None);
+        assert_eq!(
+            image_pull_wait(&pod(json!({"status": {"phase": "Running",
+                "containerStatuses": [waiting("pause", "CrashLoopBackOff")]}}))),
+            None
+        );
+        let mut gone = waiting_on("ImagePullBackOff", "");
+        gone.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(
+            image_pull_wait(&gone),
+            None,
+            "a pod being deleted waits on nothing"
+        );
     }
 
     #[test]

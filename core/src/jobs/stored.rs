@@ -102,6 +102,8 @@ pub struct StoredJob {
     pub has_last_logs: bool,
     /// Annotation `nodewright.nvidia.com/pods-not-created`: why the Job's pod cannot be created.
     pub pods_not_created: Option<String>,
+    /// Annotation `nodewright.nvidia.com/image-pull-failing`: an attempt waits on an image.
+    pub image_pull_failing: Option<String>,
     /// What of the spec is read.
     pub spec: Option<StoredJobSpec>,
     /// What of the status is read.
@@ -192,6 +194,7 @@ impl From<WireJob> for StoredJob {
             template_hash: m.annotation(TEMPLATE_HASH_ANNOTATION),
             has_last_logs: m.annotation(keys::LAST_LOGS_ANNOTATION).is_some(),
             pods_not_created: m.annotation(keys::PODS_NOT_CREATED_ANNOTATION),
+            image_pull_failing: m.annotation(keys::IMAGE_PULL_FAILING_ANNOTATION),
             spec: wire.spec,
             status: wire.status,
         }
@@ -263,6 +266,8 @@ pub struct StoredPodCondition {
 pub struct StoredContainerStatus {
     /// Container name.
     pub name: String,
+    /// Its image, as the kubelet reports it.
+    pub image: Option<String>,
     /// Its current state.
     pub state: Option<StoredContainerState>,
     /// Its previous state (a restart in place: the interrupt's reboot).

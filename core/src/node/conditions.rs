@@ -26,18 +26,48 @@ pub fn erroring_type(nodewright: &str) -> String {
     format!("{GROUP}/{nodewright}/Erroring")
 }
 
-/// Why the Erroring condition is True when a stage's pod cannot be created: the Job and the
-/// apiserver's refusal, so `kubectl describe node` says what to fix.
+/// A stage the cluster keeps from running, named in the Erroring condition (the Job and the
+/// cluster's own words), so `kubectl describe node` says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotCreated {
+pub struct StageProblem {
+    /// What keeps it.
+    pub kind: ProblemKind,
     /// The Job (`namespace/name`).
     pub job: String,
-    /// The apiserver's message.
+    /// The apiserver's refusal, or the image and the kubelet's message.
     pub message: String,
 }
 
-/// Reason of the Erroring condition for [`NotCreated`].
+/// What keeps a stage from running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The cluster refuses the stage's pod (Pod Security, a quota, an admission webhook).
+    PodsNotCreated,
+    /// The stage's pod waits on an image the kubelet cannot pull (`ImagePullBackOff`, ...).
+    ImagePullFailing,
+}
+
+impl ProblemKind {
+    /// The condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            ProblemKind::PodsNotCreated => PODS_NOT_CREATED_REASON,
+            ProblemKind::ImagePullFailing => IMAGE_PULL_FAILING_REASON,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            ProblemKind::PodsNotCreated => "cannot create its pod",
+            ProblemKind::ImagePullFailing => "cannot pull an image",
+        }
+    }
+}
+
+/// Reason of the Erroring condition for [`ProblemKind::PodsNotCreated`].
 pub const PODS_NOT_CREATED_REASON: &str = "PodsNotCreated";
+/// Reason of the Erroring condition for [`ProblemKind::ImagePullFailing`].
+pub const IMAGE_PULL_FAILING_REASON: &str = "ImagePullFailing";
 
 /// The two conditions the node should carry for this NodeWright.
 pub fn desired(
@@ -49,12 +79,12 @@ pub fn desired(
     desired_with(nodewright, complete, erroring, None, now)
 }
 
-/// [`desired`], with the Erroring condition naming a stage whose pod cannot be created.
+/// [`desired`], with the Erroring condition naming a stage the cluster keeps from running.
 pub fn desired_with(
     nodewright: &str,
     complete: bool,
     erroring: bool,
-    not_created: Option<&NotCreated>,
+    problem: Option<&StageProblem>,
     now: Timestamp,
 ) -> [NodeCondition; 2] {
     let condition = |type_: String, status: bool, reason: &str, message: String| NodeCondition {
@@ -72,14 +102,16 @@ pub fn desired_with(
             if complete { "Complete" } else { "Incomplete" },
             format!("NodeWright {nodewright} Ready"),
         ),
-        match not_created {
-            Some(n) => condition(
+        match problem {
+            Some(p) => condition(
                 erroring_type(nodewright),
                 true,
-                PODS_NOT_CREATED_REASON,
+                p.kind.reason(),
                 format!(
-                    "NodeWright {nodewright}: Job {} cannot create its pod: {}",
-                    n.job, n.message
+                    "NodeWright {nodewright}: Job {} {}: {}",
+                    p.job,
+                    p.kind.what(),
+                    p.message
                 ),
             ),
             None => condition(
@@ -120,10 +152,10 @@ pub fn sync_patch(
     nodewright: &str,
     complete: bool,
     erroring: bool,
-    not_created: Option<&NotCreated>,
+    problem: Option<&StageProblem>,
     now: Timestamp,
 ) -> Option<Value> {
-    let want = desired_with(nodewright, complete, erroring, not_created, now);
+    let want = desired_with(nodewright, complete, erroring, problem, now);
     let changed = changed(node, &want);
     if changed.is_empty() {
         return None;
@@ -175,7 +207,8 @@ mod tests {
     #[test]
     fn a_refused_pod_names_its_job_and_the_refusal_in_the_erroring_condition() {
         let now = Timestamp::now();
-        let refused = NotCreated {
+        let refused = StageProblem {
+            kind: ProblemKind::PodsNotCreated,
             job: "nodewright/gpu-apply".into(),
             message: "violates PodSecurity \"baseline:latest\"".into(),
         };

@@ -14,6 +14,7 @@
 //! written over the same stage it describes (a late or repeated event can never move a package back).
 
 pub(crate) mod evidence;
+pub(crate) mod image_pull;
 pub(crate) mod not_created;
 
 use std::sync::Arc;
@@ -130,6 +131,10 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
     if job.pods_not_created.is_some() && not_created::had_pods(job) {
         not_created::clear(ctx, job).await?;
     }
+    // Likewise an image-pull note, once the Job is over (no attempt waits on anything any more).
+    if job.image_pull_failing.is_some() && nodewright_core::jobs::read::is_finished(job) {
+        image_pull::clear(ctx, job).await?;
+    }
     if recorded(job).is_some() {
         return Ok(Action::await_change());
     }
@@ -191,6 +196,7 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
             if failed > 0 {
                 record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;
             }
+            let image_pull_again = image_pull::sync(ctx, job, node, &annotation, &pods).await?;
             if let Some(message) = not_created::refusal(&ctx.failed_creates, job) {
                 not_created::surface(ctx, job, node, &annotation, interrupt, &message).await?;
                 // Past its bound the stage ends (timed out, its cordon released); before it, it is
@@ -207,7 +213,10 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
                 }
                 return Ok(Action::requeue(again));
             }
-            Ok(Action::await_change())
+            // An attempt waiting on its image, not for long enough yet: looked at again then.
+            Ok(image_pull_again.map_or_else(Action::await_change, |left| {
+                Action::requeue(left + Duration::from_millis(100))
+            }))
         }
         JobOutcome::Succeeded => {
             let moved_on = cached_node

@@ -254,25 +254,33 @@ async fn sync_conditions(
         let complete = done.status == Status::Complete;
         let erroring = done.status == Status::Erroring || any_erroring(input.nodewright, state);
         let name = node.name_any();
-        // A stage whose pod the cluster refuses: the condition names the Job and the refusal.
-        let not_created = input
+        // A stage the cluster keeps from running (its pod refused, or its image not pulled): the
+        // condition names the Job and the cluster's words.
+        let problem = input
             .jobs
             .iter()
             .filter(|j| nodewright_core::jobs::read::node_of(j) == Some(name.as_str()))
             .find_map(|j| {
-                j.pods_not_created
-                    .as_ref()
-                    .map(|message| conditions::NotCreated {
-                        job: format!("{}/{}", ctx.config.jobs.namespace, j.name_any()),
-                        message: message.clone(),
-                    })
+                let (kind, message) = match (&j.pods_not_created, &j.image_pull_failing) {
+                    (Some(m), _) => (conditions::ProblemKind::PodsNotCreated, m),
+                    (None, Some(m)) if !nodewright_core::jobs::read::is_finished(j) => {
+                        (conditions::ProblemKind::ImagePullFailing, m)
+                    }
+                    (None, Some(_)) => return None,
+                    (None, None) => return None,
+                };
+                Some(conditions::StageProblem {
+                    kind,
+                    job: format!("{}/{}", ctx.config.jobs.namespace, j.name_any()),
+                    message: message.clone(),
+                })
             });
         let patch = conditions::sync_patch(
             &node,
             &nw,
             complete,
             erroring,
-            not_created.as_ref(),
+            problem.as_ref(),
             Timestamp::now(),
         );
         if let Err(e) = ctx.writer.patch_node_conditions(&node, patch).await {

@@ -65,6 +65,9 @@ pub const ENV_HOSTNAME: &str = "HOSTNAME";
 /// How long a stage's pods may be refused (Pod Security, a quota, an admission webhook) before
 /// the stage ends timed out and its node's cordon is released; `0` = only `stageTimeout` ends it.
 pub const ENV_PODS_NOT_CREATED_TIMEOUT: &str = "PODS_NOT_CREATED_TIMEOUT";
+/// How long an attempt may wait on an image the kubelet cannot pull before the stage is surfaced
+/// (a Warning Event, the node's Erroring condition, `why`).
+pub const ENV_IMAGE_PULL_FAILING_AFTER: &str = "IMAGE_PULL_FAILING_AFTER";
 /// Plain-HTTP address of `/metrics`.
 pub const ENV_METRICS_LISTEN: &str = "METRICS_LISTEN";
 /// Plain-HTTP address of `/healthz` and `/readyz`.
@@ -125,6 +128,9 @@ pub struct OperatorConfig {
     /// refused before it ends timed out and its cordon is released (issue 22 item 7: a drained node
     /// is never held for a pod that cannot run).
     pub pods_not_created_timeout: Option<Duration>,
+    /// `IMAGE_PULL_FAILING_AFTER` (default 1m): how long an attempt may wait on an image the
+    /// kubelet cannot pull before it is surfaced (`outcomes::image_pull`).
+    pub image_pull_failing_after: Duration,
     /// `LEADER_ELECTION`: when false this replica acts as the leader unconditionally (one replica only).
     pub leader_election: bool,
     /// The Lease (namespace = `NAMESPACE`, `LEASE_NAME`, identity = `POD_NAME`, timings).
@@ -289,6 +295,13 @@ impl OperatorConfig {
                 |d| d.subsec_nanos() == 0,
             )
             .map(|d| (!d.is_zero()).then_some(d));
+        let image_pull_failing_after = p.duration(
+            ENV_IMAGE_PULL_FAILING_AFTER,
+            or(ENV_IMAGE_PULL_FAILING_AFTER, "1m"),
+            "a Go duration of at least 1s, e.g. \"1m\" (default): how long an attempt may wait on \
+             an image the kubelet cannot pull before it is surfaced",
+            |d| d >= Duration::from_secs(1),
+        );
         let leader_election = p.boolean(ENV_LEADER_ELECTION, get(ENV_LEADER_ELECTION), true);
 
         let lease_name = p.check(
@@ -426,6 +439,7 @@ impl OperatorConfig {
             default_interval,
             reapply_on_reboot,
             pods_not_created_timeout,
+            image_pull_failing_after,
             leader_election,
             lease_name,
             timings,
@@ -451,6 +465,7 @@ impl OperatorConfig {
                 Some(default_interval),
                 Some(reapply_on_reboot),
                 Some(pods_not_created_timeout),
+                Some(image_pull_failing_after),
                 Some(leader_election),
                 Some(lease_name),
                 Some(timings),
@@ -483,6 +498,7 @@ impl OperatorConfig {
                 default_interval,
                 reapply_on_reboot,
                 pods_not_created_timeout,
+                image_pull_failing_after,
                 leader_election,
                 metrics_listen,
                 probe_listen,
@@ -832,6 +848,21 @@ mod tests {
         for bad in ["-1m", "1.5s", "ten minutes"] {
             let p = problem("PODS_NOT_CREATED_TIMEOUT", bad);
             assert!(p.accepted.contains("stageTimeout"), "{p:?}");
+        }
+        assert_eq!(
+            env(&[]).expect("valid").image_pull_failing_after,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            accepts("IMAGE_PULL_FAILING_AFTER", "20s").image_pull_failing_after,
+            Duration::from_secs(20)
+        );
+        for bad in ["0", "500ms", "soon"] {
+            assert!(
+                problem("IMAGE_PULL_FAILING_AFTER", bad)
+                    .accepted
+                    .contains("at least 1s")
+            );
         }
     }
 

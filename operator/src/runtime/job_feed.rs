@@ -87,8 +87,9 @@ pub(crate) fn job_feed(
     JobFeed { rollout, outcomes }
 }
 
-/// What a rollout pass reads of a Job, as a stamp: its conditions, suspension, deletion and a
-/// recorded outcome other than `complete`. The `complete` mark is written by the pass that folded
+/// What a rollout pass reads of a Job, as a stamp: its conditions, suspension, deletion, a
+/// recorded outcome other than `complete`, and whether it carries a note the node's condition
+/// names (pods not created, an image not pulled). The `complete` mark is written by the pass that folded
 /// the outcome into the node (or, past the grace, next to a node write that wakes the rollout), so
 /// it wakes no pass: on a fleet that was one extra pass per stage.
 pub(crate) fn rollout_stamp(job: &StoredJob) -> u64 {
@@ -109,6 +110,11 @@ pub(crate) fn rollout_stamp(job: &StoredJob) -> u64 {
         job.spec.as_ref().and_then(|s| s.suspend),
         job.metadata.deletion_timestamp.is_some(),
         recorded,
+        // The node's Erroring condition names these (`rollout::acts`): a pass writes it.
+        (
+            job.pods_not_created.is_some(),
+            job.image_pull_failing.is_some(),
+        ),
     ))
 }
 

@@ -1,25 +1,29 @@
 //! The watch of the operator's pods (their Jobs' attempts): every change triggers the outcome
 //! controller (a pod event maps to its Job), and the store the live path reads keeps only the
-//! attempts that failed genuinely (DESIGN §4.4), which is all it reads: the live path counts them
-//! as `restarts`, and a finished Job's pods are listed live. A retained attempt that succeeded, or
-//! one still running, costs nothing in memory: on a fleet those are nearly all of them.
+//! attempts that failed genuinely (DESIGN §4.4), which it counts as `restarts`, and the live ones
+//! waiting on an image the kubelet cannot pull, which it surfaces (`outcomes::image_pull`); a
+//! finished Job's pods are listed live. A retained attempt that succeeded, or one running, costs
+//! nothing in memory: on a fleet those are nearly all of them.
 
 use futures::{Stream, TryStreamExt};
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use nodewright_core::jobs::outcome::is_genuine_failure;
+use nodewright_core::jobs::outcome::{image_pull_wait, is_genuine_failure};
 use nodewright_core::jobs::stored::StoredPod;
 
-/// What the store does with a pod event: genuine failures are kept, every other pod is removed (a
-/// pod that was kept and no longer qualifies is gone from the store too).
+/// Whether the store keeps `pod`: a genuine failure, or a live attempt waiting on an image.
+fn kept(pod: &StoredPod) -> bool {
+    is_genuine_failure(pod) || image_pull_wait(pod).is_some()
+}
+
+/// What the store does with a pod event: the pods it keeps ([`kept`]) are kept, every other pod is
+/// removed (a pod that was kept and no longer qualifies is gone from the store too).
 pub fn store_event(event: &watcher::Event<StoredPod>) -> watcher::Event<StoredPod> {
     match event {
-        watcher::Event::Apply(pod) if is_genuine_failure(pod) => watcher::Event::Apply(pod.clone()),
-        watcher::Event::InitApply(pod) if is_genuine_failure(pod) => {
-            watcher::Event::InitApply(pod.clone())
-        }
+        watcher::Event::Apply(pod) if kept(pod) => watcher::Event::Apply(pod.clone()),
+        watcher::Event::InitApply(pod) if kept(pod) => watcher::Event::InitApply(pod.clone()),
         // During a relist, a removal from the current store is harmless: the relisted store
         // replaces it at InitDone.
         watcher::Event::Apply(pod)
@@ -57,7 +61,7 @@ mod tests {
     }
 
     #[test]
-    fn only_genuine_failures_stay_in_the_store() {
+    fn only_genuine_failures_and_image_pull_waits_stay_in_the_store() {
         let (store, mut writer) = reflector::store::<StoredPod>();
         let failed = pod(
             "failed",
@@ -66,7 +70,12 @@ mod tests {
         );
         let running = pod("running", json!({"phase": "Running"}));
         let rejected = pod("rejected", json!({"phase": "Failed", "reason": "OutOfcpu"}));
-        for p in [&failed, &running, &rejected] {
+        let pulling = pod(
+            "pulling",
+            json!({"phase": "Pending", "containerStatuses": [
+                {"name": "c", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}),
+        );
+        for p in [&failed, &running, &rejected, &pulling] {
             writer.apply_watcher_event(&store_event(&watcher::Event::Apply(p.clone())));
         }
         let names = |s: &reflector::Store<StoredPod>| {
@@ -78,11 +87,12 @@ mod tests {
             n.sort();
             n
         };
-        assert_eq!(names(&store), ["failed"]);
+        assert_eq!(names(&store), ["failed", "pulling"]);
         // A relist keeps the same: a kept pod that succeeded since leaves the store.
         writer.apply_watcher_event(&store_event(&watcher::Event::Init));
         let later = pod("failed", json!({"phase": "Succeeded"}));
-        for p in [&later, &running] {
+        let pulled = pod("pulling", json!({"phase": "Running"}));
+        for p in [&later, &running, &pulled] {
             writer.apply_watcher_event(&store_event(&watcher::Event::InitApply(p.clone())));
         }
         writer.apply_watcher_event(&store_event(&watcher::Event::InitDone));
