@@ -33,6 +33,8 @@
 //! (p) the upgrade to a package namespace: a stage still running in the operator's namespace (the
 //!     earlier layout) is settled there (recorded once, never rerun) while every new Job is held
 //!     (an Event says why); then Jobs run in the package namespace and the old leftovers go.
+//! (q) with REAPPLY_ON_REBOOT, runtimeRequired and autoTaintNewNodes, a node rebooted out of band
+//!     gets the runtime-required taint back until its packages ran again (upstream #273).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,8 +58,8 @@ use serde_json::json;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    node_state, on_nodes, operator_env, own_node, package, spawn_operator, wait_nodewright_gone,
-    wait_status, wait_timed_out_job,
+    node_state, on_nodes, operator_env, own_node, package, spawn_operator, wait_nodewright,
+    wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -1784,4 +1786,86 @@ async fn p_jobs_an_earlier_version_left_beside_the_operator_are_settled_before_t
         })
         .await
         .unwrap_or_else(|e| panic!("{e}: the old Job {}", old.name_any()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q_a_rebooted_node_is_tainted_again_until_its_packages_run_again() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("retaint")
+        .await
+        .expect("namespace");
+    let name = format!("{ns}-node");
+    create_fake_node(&client, &name, &[], json!([])).await;
+    // Every apply Job the operator creates, counted.
+    let applies = Arc::new(AtomicUsize::new(0));
+    let hook: JobHook = {
+        let applies = applies.clone();
+        Arc::new(move |job: &mut Job| {
+            if job.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply") {
+                applies.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
+    env.insert("REAPPLY_ON_REBOOT", "true".to_owned());
+    let _operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        Some(hook),
+        None,
+    );
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&name]),
+            runtime_required: true,
+            auto_taint_new_nodes: true,
+            packages: BTreeMap::from([("rt".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    wait_untainted(cluster, &client, &name).await;
+    assert_eq!(applies.load(Ordering::SeqCst), 1);
+
+    // The node reboots out of band (a new boot ID): with REAPPLY_ON_REBOOT its packages run again,
+    // and, as on a new node, workloads are kept off (the runtime-required taint) until they have.
+    let watch = TaintWatch::start(&client, &name).await;
+    let rebooted = format!("{ns}-second-boot");
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"nodeInfo": {"bootID": rebooted}}})),
+        )
+        .await
+        .expect("a new boot ID");
+    wait_nodewright(
+        cluster,
+        &client,
+        &ns,
+        "complete again on the new boot",
+        |nw| {
+            nw.status.as_ref().is_some_and(|s| {
+                s.node_boot_ids.get(&name) == Some(&rebooted) && s.status == Some(Status::Complete)
+            })
+        },
+    )
+    .await;
+    wait_untainted(cluster, &client, &name).await;
+    assert!(watch.seen(), "the rebooted node was tainted again");
+    assert_eq!(
+        applies.load(Ordering::SeqCst),
+        2,
+        "applied again on the new boot"
+    );
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
 }

@@ -41,7 +41,7 @@ fn is_new(node: &Node) -> bool {
 
 /// Whether the node carries a taint matching `taint` (same key and effect; the value is ignored, as
 /// Kubernetes' `MatchTaint`).
-fn has_taint(node: &Node, taint: &RuntimeTaint) -> bool {
+pub(crate) fn has_taint(node: &Node, taint: &RuntimeTaint) -> bool {
     node.spec
         .iter()
         .flat_map(|s| s.taints.iter().flatten())
@@ -50,7 +50,7 @@ fn has_taint(node: &Node, taint: &RuntimeTaint) -> bool {
 
 /// Whether a NodeWright asks for new nodes to be tainted: `runtimeRequired` and `autoTaintNewNodes`
 /// (the latter means nothing without the former), and not being deleted.
-fn wants_auto_taint(nodewright: &NodeWright) -> bool {
+pub(crate) fn wants_auto_taint(nodewright: &NodeWright) -> bool {
     nodewright.spec.runtime_required
         && nodewright.spec.auto_taint_new_nodes
         && nodewright.metadata.deletion_timestamp.is_none()
@@ -67,8 +67,8 @@ pub fn needs_taint(all: &[Arc<NodeWright>], node: &Node, taint: &RuntimeTaint) -
             .any(|nw| NodeSelection::of(nw).is_ok_and(|s| s.matches(node.labels())))
 }
 
-/// The write that taints `node`: its taints plus the runtime-required one, and the marker.
-pub fn taint_edit(node: &Node, taint: &RuntimeTaint) -> NodeEdit {
+/// The node's taints plus the runtime-required one.
+pub(crate) fn with_taint(node: &Node, taint: &RuntimeTaint) -> Vec<Taint> {
     let mut taints: Vec<Taint> = node
         .spec
         .as_ref()
@@ -80,8 +80,13 @@ pub fn taint_edit(node: &Node, taint: &RuntimeTaint) -> NodeEdit {
         effect: taint.effect.clone(),
         time_added: None,
     });
+    taints
+}
+
+/// The write that taints `node`: its taints plus the runtime-required one, and the marker.
+pub fn taint_edit(node: &Node, taint: &RuntimeTaint) -> NodeEdit {
     let mut edit = NodeEdit {
-        taints: Some(taints),
+        taints: Some(with_taint(node, taint)),
         ..NodeEdit::default()
     };
     edit.annotate(naming::auto_taint_annotation(&taint.key), TAINTED);

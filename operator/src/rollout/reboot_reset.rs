@@ -3,6 +3,11 @@
 //!
 //! The reset is written before the new boot ID: a crash in between resets the node once more (its
 //! state is already empty), whereas the other order could record the reboot and never reset.
+//!
+//! A NodeWright with `runtimeRequired` and `autoTaintNewNodes` also puts the runtime-required taint
+//! back in the same write (upstream #273): a rebooted node whose packages run again must keep
+//! workloads off until they are done, as a new node does; the taint is lifted again once every
+//! runtime-required NodeWright is complete there.
 
 use std::sync::Arc;
 
@@ -12,6 +17,7 @@ use nodewright_core::rollout::reboots::{current_ids, rebooted, reset_edit};
 use nodewright_shared::api::NodeWright;
 use tracing::info;
 
+use super::auto_taint;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::writes::Unchanged;
@@ -36,12 +42,20 @@ pub async fn reset_rebooted(
     if rebooted.is_empty() {
         return Ok(false);
     }
+    let taint = &ctx.config.jobs.runtime_required_taint;
+    let retaint = auto_taint::wants_auto_taint(nodewright);
     for cached in rebooted {
         let node_name = cached.name_any();
         ctx.writer
-            .write_node(cached, Unchanged::Believe, |_| Some(reset_edit(&name)))
+            .write_node(cached, Unchanged::Believe, |node| {
+                let mut edit = reset_edit(&name);
+                if retaint && !auto_taint::has_taint(node, taint) {
+                    edit.taints = Some(auto_taint::with_taint(node, taint));
+                }
+                Some(edit)
+            })
             .await?;
-        info!(nodewright = %name, node = %node_name, "node rebooted: reset its state (REAPPLY_ON_REBOOT)");
+        info!(nodewright = %name, node = %node_name, retaint, "node rebooted: reset its state (REAPPLY_ON_REBOOT)");
         ctx.events
             .on_node(
                 cached,
