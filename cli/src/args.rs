@@ -121,6 +121,27 @@ pub struct Global {
     /// The kubeconfig user to use.
     #[arg(long, global = true, value_name = "NAME")]
     pub user: Option<String>,
+    /// The API server's address, as kubectl's `--server` (`-s`); works without a kubeconfig.
+    #[arg(short = 's', long, global = true, value_name = "URL")]
+    pub server: Option<String>,
+    /// A bearer token for the API server (replaces the kubeconfig user's credentials).
+    #[arg(long, global = true, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// A PEM file of the certificate authorities the API server's certificate must chain to.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub certificate_authority: Option<PathBuf>,
+    /// Do not check the API server's certificate (insecure: anyone on the path can impersonate it).
+    #[arg(long, global = true)]
+    pub insecure_skip_tls_verify: bool,
+    /// The name the API server's certificate is checked against (default: the server's host).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Act as this user (impersonation, as kubectl's `--as`).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Act as a member of this group (repeatable; with `--as`).
+    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    pub as_group: Vec<String>,
     /// The operator's namespace (its Jobs, pods and Deployment live there; NodeWrights are
     /// cluster-scoped).
     #[arg(

@@ -99,17 +99,27 @@ impl Ctx {
             path: path.clone(),
             reason: chain(e),
         };
-        let mut config = match &self.global.kubeconfig {
-            Some(file) => {
-                let kubeconfig = Kubeconfig::read_from(file).map_err(|e| kubeconfig_error(&e))?;
-                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        crate::connection::check(&self.global)?;
+        let loaded = match &self.global.kubeconfig {
+            Some(file) => match Kubeconfig::read_from(file) {
+                Ok(kubeconfig) => kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .map_err(|e| kubeconfig_error(&e))?
-            }
+                    .map_err(|e| kubeconfig_error(&e)),
+                Err(e) => Err(kubeconfig_error(&e)),
+            },
             None => kube::Config::from_kubeconfig(&options)
                 .await
-                .map_err(|e| kubeconfig_error(&e))?,
+                .map_err(|e| kubeconfig_error(&e)),
         };
+        // `--server` works without a kubeconfig, as kubectl's does.
+        let mut config = match loaded {
+            Ok(config) => config,
+            Err(e) => match crate::connection::bare(&self.global)? {
+                Some(config) if crate::connection::names_server(&self.global) => config,
+                _ => return Err(e),
+            },
+        };
+        crate::connection::apply(&self.global, &mut config)?;
         config.connect_timeout = Some(self.timeout.min(MAX_CONNECT_TIMEOUT));
         config.read_timeout = Some(self.timeout);
         config.write_timeout = Some(self.timeout);

@@ -13,6 +13,7 @@
 pub mod args;
 pub mod cluster;
 pub mod commands;
+pub mod connection;
 pub mod context;
 pub mod error;
 pub mod manifest;

@@ -2278,3 +2278,92 @@ async fn day2_transcript() {
         std::fs::write(path, &transcript).expect("transcript");
     }
 }
+
+/// kubectl's connection flags reach the API server without a kubeconfig (`--server`, `--token`,
+/// `--certificate-authority` or `--insecure-skip-tls-verify`), a wrong CA or server name is
+/// refused by TLS, and `--as`/`--as-group` impersonate through the kubeconfig's user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectls_connection_flags_reach_the_cluster_without_a_kubeconfig() {
+    let cluster = cluster().await;
+    let ns = cluster
+        .create_namespace("cli-conn")
+        .await
+        .expect("namespace");
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("kubeconfig");
+    let target = kubeconfig
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .expect("a cluster");
+    let server = target.server.expect("its server");
+    let ca = target.certificate_authority.expect("its CA file");
+    cluster
+        .kubectl(&["-n", &ns, "create", "serviceaccount", "reader"])
+        .await
+        .expect("ServiceAccount");
+    cluster
+        .kubectl(&[
+            "create",
+            "clusterrolebinding",
+            &format!("{ns}-reader"),
+            "--clusterrole=view",
+            &format!("--serviceaccount={ns}:reader"),
+        ])
+        .await
+        .expect("binding");
+    let token = cluster
+        .kubectl(&["-n", &ns, "create", "token", "reader"])
+        .await
+        .expect("token");
+    let flags = |extra: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = [
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--server",
+            &server,
+            "--token",
+            token.trim(),
+            "-n",
+            &ns,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        all.extend(extra.iter().map(|s| (*s).to_owned()));
+        all.push("version".to_owned());
+        all
+    };
+    let absent = format!("no operator Deployment in namespace {ns}");
+    let with_ca = run_binary(common::BIN, &flags(&["--certificate-authority", &ca]), None).await;
+    assert!(with_ca.ok().contains(&absent), "{with_ca:#?}");
+    let insecure = run_binary(common::BIN, &flags(&["--insecure-skip-tls-verify"]), None).await;
+    assert!(insecure.ok().contains(&absent), "{insecure:#?}");
+    // No CA the server's certificate chains to, or the wrong name: TLS refuses.
+    let unknown = run_binary(common::BIN, &flags(&[]), None).await;
+    unknown.fails(1, "certificate");
+    let wrong_name = run_binary(
+        common::BIN,
+        &flags(&[
+            "--certificate-authority",
+            &ca,
+            "--tls-server-name",
+            "wrong.invalid",
+        ]),
+        None,
+    )
+    .await;
+    wrong_name.fails(1, "certificate");
+    // Impersonation over the kubeconfig's (admin) user.
+    let nobody = format!("system:serviceaccount:{ns}:nobody");
+    sh(cluster, &ns, &format!("--as {nobody} version"))
+        .await
+        .fails(1, &nobody);
+    let admins = sh(
+        cluster,
+        &ns,
+        "--as someone --as-group system:masters version",
+    )
+    .await;
+    assert!(admins.ok().contains(&absent), "{admins:#?}");
+}
