@@ -62,9 +62,15 @@ operator:
   extraEnv:
     - {name: KUBERNETES_SERVICE_HOST, value: "${NODEWRIGHT_REAL_NODE_IP}"}
     - {name: KUBERNETES_SERVICE_PORT, value: "${port}"}
+  # The real node is the only node the services can run on here: never drained off it by the
+  # reboot step (on a real cluster they run on other nodes, where a drain reschedules them).
+  tolerations:
+    - {key: node.kubernetes.io/unschedulable, operator: Exists, effect: NoSchedule}
 webhook:
   image: {repository: nodewright.test/nodewright-webhook, tag: dev, pullPolicy: Never}
   nodeSelector: {kubernetes.io/hostname: ${real}}
+  tolerations:
+    - {key: node.kubernetes.io/unschedulable, operator: Exists, effect: NoSchedule}
   extraEnv:
     - {name: KUBERNETES_SERVICE_HOST, value: "${NODEWRIGHT_REAL_NODE_IP}"}
     - {name: KUBERNETES_SERVICE_PORT, value: "${port}"}
