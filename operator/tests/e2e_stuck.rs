@@ -46,9 +46,9 @@ use serde_json::json;
 mod support;
 use nodewright_shared::api::DEFAULT_COMPARTMENT;
 use support::{
-    BOUND, cluster, condition_is, create_labelled_nodewright, node_state, on_nodes, operator_env,
-    own_node, package, pod_security, spawn_operator, state_of, wait_event, wait_node,
-    wait_nodewright, wait_status, wait_timed_out_job,
+    BOUND, cluster, condition_is, create_labelled_nodewright, node_state, on_nodes, own_node,
+    package, pod_security, spawn_for, state_of, wait_event, wait_node, wait_nodewright,
+    wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes the test's operator to its own NodeWright (distinct from the other suites).
@@ -134,14 +134,7 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
                 .apply(spec.template.metadata.get_or_insert_with(Default::default));
         }
     });
-    let env = operator_env(&ns, format!("operator-{ns}"), 3);
-    let operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        Some(hook),
-        None,
-    );
+    let operator = spawn_for(&client, &ns, SUITE_LABEL, 3, &[], Some(hook));
     let mut rebooting = package("1.0.0", &[]);
     // The interrupt Job's activeDeadlineSeconds: the Job controller fails it after this.
     rebooting.stage_timeout = Some("3s".into());
@@ -361,14 +354,7 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
     let client = cluster.client().await.expect("client");
     let (ns, node) = own_node(cluster, &client, "not-created").await;
     pod_security(&client, &ns, "baseline").await;
-    let env = operator_env(&ns, format!("operator-{ns}"), 3);
-    let _operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        None,
-        None,
-    );
+    let _operator = spawn_for(&client, &ns, SUITE_LABEL, 3, &[], None);
     create_labelled_nodewright(
         &client,
         SUITE_LABEL,
@@ -439,17 +425,24 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
     pod_security(&client, &ns, "privileged").await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
     // The note goes once the Job has had a pod (maybe just after the stage was recorded).
-    let name = job.name_any();
+    wait_note_gone(
+        cluster,
+        &jobs,
+        &job.name_any(),
+        keys::PODS_NOT_CREATED_ANNOTATION,
+    )
+    .await;
+}
+
+/// Waits until the Job `name` of `jobs` no longer carries the note (annotation) `key`.
+async fn wait_note_gone(cluster: &nodewright_e2e::Cluster, jobs: &Api<Job>, name: &str, key: &str) {
     cluster
-        .wait_for("the refusal note gone from the Job", BOUND, || async {
+        .wait_for(&format!("{key} gone from Job {name}"), BOUND, || async {
             let job = jobs
-                .get(&name)
+                .get(name)
                 .await
                 .map_err(|e| cluster.kube_error("job".into(), e))?;
-            Ok((!job
-                .annotations()
-                .contains_key(keys::PODS_NOT_CREATED_ANNOTATION))
-            .then_some(()))
+            Ok((!job.annotations().contains_key(key)).then_some(()))
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -479,13 +472,12 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
         .create(&Default::default(), &policy)
         .await
         .expect("DeploymentPolicy created");
-    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
-    env.insert("PODS_NOT_CREATED_TIMEOUT", "5s".to_owned());
-    let _operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        None,
+    let _operator = spawn_for(
+        &client,
+        &ns,
+        SUITE_LABEL,
+        3,
+        &[("PODS_NOT_CREATED_TIMEOUT", "5s")],
         None,
     );
     let mut held = package("1.0.0", &[]);
@@ -568,18 +560,17 @@ async fn d_an_attempt_waiting_on_an_image_it_cannot_pull_is_named() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
     let (ns, node) = own_node(cluster, &client, "image-pull").await;
-    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
-    env.insert("IMAGE_PULL_FAILING_AFTER", "2s".to_owned());
-    let _operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
+    let _operator = spawn_for(
+        &client,
+        &ns,
+        SUITE_LABEL,
+        3,
+        &[("IMAGE_PULL_FAILING_AFTER", "2s")],
         Some(support::fate_for(
             "missing",
             "apply",
             PodFate::never_start(),
         )),
-        None,
     );
     create_labelled_nodewright(
         &client,
@@ -650,20 +641,13 @@ async fn d_an_attempt_waiting_on_an_image_it_cannot_pull_is_named() {
         .expect("the image pulls");
     }
     wait_status(cluster, &client, &ns, Status::Complete).await;
-    let name = job.name_any();
-    cluster
-        .wait_for("the image-pull note gone from the Job", BOUND, || async {
-            let job = jobs
-                .get(&name)
-                .await
-                .map_err(|e| cluster.kube_error("job".into(), e))?;
-            Ok((!job
-                .annotations()
-                .contains_key(keys::IMAGE_PULL_FAILING_ANNOTATION))
-            .then_some(()))
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_note_gone(
+        cluster,
+        &jobs,
+        &job.name_any(),
+        keys::IMAGE_PULL_FAILING_ANNOTATION,
+    )
+    .await;
     wait_node(
         cluster,
         &client,

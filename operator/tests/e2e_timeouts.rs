@@ -51,8 +51,8 @@ use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, cluster, create_labelled_nodewright, fate_for, node_state, on_nodes,
-    operator_env, own_node, package, patch_nodewright, spawn_operator, wait_event, wait_nodewright,
-    wait_status, wait_timed_out_job,
+    operator_env, own_node, package, patch_nodewright, spawn_for, spawn_operator, wait_event,
+    wait_nodewright, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
@@ -829,13 +829,12 @@ async fn g_a_stage_timeout_admission_filled_follows_the_operators_current_defaul
     let (ns, node) = own_node(cluster, &client, "defaulted").await;
     // Admitted when the default was 1h: `filled` got it from the webhook, `changed` too but was set
     // to 30m since, `own` set 45m itself. The operator now runs with a 7m default.
-    let mut env = operator_env(&ns, format!("operator-{ns}"), 0);
-    env.insert("JOB_STAGE_TIMEOUT", "7m".to_owned());
-    let _operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        None,
+    let _operator = spawn_for(
+        &client,
+        &ns,
+        SUITE_LABEL,
+        0,
+        &[("JOB_STAGE_TIMEOUT", "7m")],
         None,
     );
     let with_timeout = |value: &str| {

@@ -17,12 +17,13 @@ use nodewright_core::jobs::PackageAnnotation;
 use nodewright_core::jobs::outcome::image_pull_wait;
 use nodewright_core::jobs::stored::{StoredJob, StoredPod};
 use nodewright_shared::keys;
-use serde_json::json;
 use tracing::info;
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::writes::failed;
+
+/// The Job's note: `nodewright.nvidia.com/image-pull-failing`.
+const NOTE: &str = keys::IMAGE_PULL_FAILING_ANNOTATION;
 
 /// Event reason of a stage whose attempt waits on an image the kubelet cannot pull.
 pub const STAGE_IMAGE_PULL_FAILING: &str = "StageImagePullFailing";
@@ -71,15 +72,7 @@ pub async fn sync(
             // messages) on every retry, which would rewrite the note and repeat the Event.
             if job.image_pull_failing.is_none() {
                 let name = kube::ResourceExt::name_any(job);
-                ctx.writer
-                    .patch_job(
-                        &name,
-                        json!({"metadata": {"annotations": {keys::IMAGE_PULL_FAILING_ANNOTATION: wait}}}),
-                    )
-                    .await
-                    .map_err(failed(format!(
-                        "annotating Job {name} with the image its attempt cannot pull"
-                    )))?;
+                super::job_note(ctx, job, NOTE, Some(&wait), "image-pull").await?;
                 info!(job = %name, node, package = %annotation.name, stage = %annotation.stage, "an attempt waits on an image it cannot pull");
                 let note = format!(
                     "Package [{}:{}] stage [{}] on node [{node}]: Job {}/{name} waits on an image \
@@ -113,22 +106,13 @@ pub async fn sync(
 
 /// Removes the note (no attempt waits on an image any more).
 pub async fn clear(ctx: &Context, job: &StoredJob) -> Result<(), ReconcileError> {
-    let name = kube::ResourceExt::name_any(job);
-    ctx.writer
-        .patch_job(
-            &name,
-            json!({"metadata": {"annotations": {keys::IMAGE_PULL_FAILING_ANNOTATION: null}}}),
-        )
-        .await
-        .map_err(failed(format!(
-            "clearing the image-pull note of Job {name}"
-        )))?;
-    Ok(())
+    super::job_note(ctx, job, NOTE, None, "image-pull").await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn pod(created: &str, reason: &str) -> StoredPod {
         serde_json::from_value(json!({

@@ -37,6 +37,7 @@ use nodewright_core::node::record::{Record, apply_record};
 use nodewright_core::node::state::parse_state;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::State;
+use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::context::Context;
@@ -375,6 +376,30 @@ async fn warn_about_job(
             .warn_on_node(&node, reason, note, Some(related))
             .await;
     }
+}
+
+/// Writes the note `key` on the Job (an annotation a user reads: `why`, `kubectl describe`), or
+/// removes it with `None`; `what` names the note in an error.
+async fn job_note(
+    ctx: &Context,
+    job: &StoredJob,
+    key: &str,
+    value: Option<&str>,
+    what: &str,
+) -> Result<(), ReconcileError> {
+    let name = job.name_any();
+    ctx.writer
+        .patch_job(&name, json!({"metadata": {"annotations": {key: value}}}))
+        .await
+        .map_err(crate::writes::failed(format!(
+            "{} the {what} note of Job {name}",
+            if value.is_some() {
+                "writing"
+            } else {
+                "clearing"
+            }
+        )))?;
+    Ok(())
 }
 
 /// The cluster-scoped object `name` from its store, else read from the API. Right after a start

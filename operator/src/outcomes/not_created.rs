@@ -80,15 +80,14 @@ pub async fn surface(
     let name = kube::ResourceExt::name_any(job);
     super::record(ctx, node, annotation, interrupt, Record::Erroring(0)).await?;
     if job.pods_not_created.as_deref() != Some(message) {
-        ctx.writer
-            .patch_job(
-                &name,
-                json!({"metadata": {"annotations": {keys::PODS_NOT_CREATED_ANNOTATION: message}}}),
-            )
-            .await
-            .map_err(failed(format!(
-                "annotating Job {name} with why its pods are not created"
-            )))?;
+        super::job_note(
+            ctx,
+            job,
+            keys::PODS_NOT_CREATED_ANNOTATION,
+            Some(message),
+            "pods-not-created",
+        )
+        .await?;
         info!(job = %name, node, package = %annotation.name, stage = %annotation.stage, "the stage's pods cannot be created");
     }
     let note = format!(
@@ -154,17 +153,14 @@ pub async fn end(ctx: &Context, job: &StoredJob, deadline: i64) -> Result<(), Re
 
 /// Once the Job has (had) a pod, the refusal is history: its annotation goes.
 pub async fn clear(ctx: &Context, job: &StoredJob) -> Result<(), ReconcileError> {
-    let name = kube::ResourceExt::name_any(job);
-    ctx.writer
-        .patch_job(
-            &name,
-            json!({"metadata": {"annotations": {keys::PODS_NOT_CREATED_ANNOTATION: null}}}),
-        )
-        .await
-        .map_err(failed(format!(
-            "clearing the pods-not-created note of Job {name}"
-        )))?;
-    Ok(())
+    super::job_note(
+        ctx,
+        job,
+        keys::PODS_NOT_CREATED_ANNOTATION,
+        None,
+        "pods-not-created",
+    )
+    .await
 }
 
 #[cfg(test)]

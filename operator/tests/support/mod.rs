@@ -144,6 +144,27 @@ pub fn spawn_operator(
     }
 }
 
+/// Starts the operator of the test that owns namespace `ns`: Jobs in `ns`, reconciling only the
+/// NodeWright labelled `suite_label=ns`, `backoff_limit` retries, plus the variables `extra`.
+pub fn spawn_for(
+    client: &kube::Client,
+    ns: &str,
+    suite_label: &str,
+    backoff_limit: i32,
+    extra: &[(&'static str, &str)],
+    hook: Option<JobHook>,
+) -> Operator {
+    let mut env = operator_env(ns, format!("operator-{ns}"), backoff_limit);
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    spawn_operator(
+        client.clone(),
+        &env,
+        format!("{suite_label}={ns}"),
+        hook,
+        None,
+    )
+}
+
 /// Creates the NodeWright `name` labelled `suite_label=name`, so only its suite's operator sees it.
 pub async fn create_labelled_nodewright(
     client: &kube::Client,
