@@ -98,17 +98,14 @@ pub async fn nodes(ctx: &Ctx) -> Result<Vec<Node>> {
 /// operator Deployment's `PACKAGE_NAMESPACE` (the chart's package namespace), else the operator's
 /// namespace (an operator run without one keeps its Jobs beside it).
 pub async fn package_namespace(ctx: &Ctx) -> Result<String> {
-    let found = ctx
-        .package_namespace(|| async {
-            let env = operator(ctx).await?.map(|o| o.env).unwrap_or_default();
-            Ok(env
-                .get("PACKAGE_NAMESPACE")
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| ctx.namespace().to_owned()))
-        })
-        .await?;
-    Ok(found.to_owned())
+    if let Some(given) = &ctx.global.package_namespace {
+        return Ok(given.clone());
+    }
+    Ok(operator(ctx)
+        .await?
+        .and_then(|o| o.env.get("PACKAGE_NAMESPACE").map(|v| v.trim().to_owned()))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| ctx.namespace().to_owned()))
 }
 
 /// The Jobs in the package namespace (of the NodeWright `nodewright` when given).
@@ -206,8 +203,17 @@ fn image_tag(image: &str) -> Option<String> {
         .filter(|t| t != "latest")
 }
 
-/// Finds the operator's Deployment in the operator's namespace (`None`: not there).
+/// Finds the operator's Deployment in the operator's namespace (`None`: not there), once per
+/// command.
 pub async fn operator(ctx: &Ctx) -> Result<Option<Operator>> {
+    Ok(ctx
+        .operator
+        .get_or_try_init(|| find_operator(ctx))
+        .await?
+        .clone())
+}
+
+async fn find_operator(ctx: &Ctx) -> Result<Option<Operator>> {
     let deployments: Vec<Deployment> = list(ctx, ctx.namespace(), None).await?;
     let Some(d) = deployments.iter().find(|d| is_operator(d)) else {
         return Ok(None);

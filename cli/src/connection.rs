@@ -10,11 +10,6 @@ use rustls_pki_types::pem::PemObject;
 use crate::args::Global;
 use crate::error::CliError;
 
-/// Whether any flag names the server, so a kubeconfig that cannot be read is no error.
-pub fn names_server(global: &Global) -> bool {
-    global.server.is_some()
-}
-
 /// The flags' own consistency (kubectl refuses the same combination).
 pub fn check(global: &Global) -> Result<(), CliError> {
     if global.insecure_skip_tls_verify && global.certificate_authority.is_some() {
@@ -32,7 +27,8 @@ pub fn check(global: &Global) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The configuration to start from when no kubeconfig can be read but `--server` is given.
+/// The configuration to start from when no kubeconfig can be read: one for `--server` when it is
+/// given (then a missing kubeconfig is no error), else `None`.
 pub fn bare(global: &Global) -> Result<Option<kube::Config>, CliError> {
     global
         .server
@@ -140,7 +136,6 @@ mod tests {
         ]);
         check(&g).expect("consistent");
         let mut config = bare(&g).expect("server").expect("a config");
-        config.accept_invalid_certs = false;
         apply(&g, &mut config).expect("applied");
         assert_eq!(config.cluster_url.to_string(), "https://10.0.0.1:6443/");
         assert_eq!(config.tls_server_name.as_deref(), Some("kubernetes"));

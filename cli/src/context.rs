@@ -19,7 +19,8 @@ pub struct Ctx {
     pub global: Global,
     timeout: Duration,
     client: OnceCell<(kube::Client, String)>,
-    package_namespace: OnceCell<String>,
+    /// The operator's Deployment as found (once: a preview and the Job lookups both need it).
+    pub(crate) operator: OnceCell<Option<crate::cluster::Operator>>,
 }
 
 impl Ctx {
@@ -39,7 +40,7 @@ impl Ctx {
             global,
             timeout,
             client: OnceCell::new(),
-            package_namespace: OnceCell::new(),
+            operator: OnceCell::new(),
         })
     }
 
@@ -56,18 +57,6 @@ impl Ctx {
     /// The operator's namespace.
     pub fn namespace(&self) -> &str {
         &self.global.namespace
-    }
-
-    /// The namespace of the package Jobs: `--package-namespace`, else what `discover` finds (once).
-    pub async fn package_namespace<F, Fut>(&self, discover: F) -> Result<&str>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<String>>,
-    {
-        if let Some(given) = &self.global.package_namespace {
-            return Ok(given);
-        }
-        Ok(self.package_namespace.get_or_try_init(discover).await?)
     }
 
     /// The API client (built once).
@@ -114,10 +103,7 @@ impl Ctx {
         // `--server` works without a kubeconfig, as kubectl's does.
         let mut config = match loaded {
             Ok(config) => config,
-            Err(e) => match crate::connection::bare(&self.global)? {
-                Some(config) if crate::connection::names_server(&self.global) => config,
-                _ => return Err(e),
-            },
+            Err(e) => crate::connection::bare(&self.global)?.ok_or(e)?,
         };
         crate::connection::apply(&self.global, &mut config)?;
         config.connect_timeout = Some(self.timeout.min(MAX_CONNECT_TIMEOUT));

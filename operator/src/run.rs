@@ -132,23 +132,10 @@ pub async fn run_instrumented(
         }
         // Package Jobs an earlier version left in the operator's own namespace are settled there
         // first (runtime::legacy_jobs); once they are, the old namespace's leftovers go.
-        let legacy = (config.namespace != config.jobs.namespace).then(|| config.namespace.clone());
-        let settling_legacy = match &legacy {
-            Some(legacy) => crate::runtime::legacy_jobs::must_settle(&client, legacy).await,
-            None => false,
-        };
-        let config = match &legacy {
-            Some(legacy) if settling_legacy => {
-                let mut settling = OperatorConfig::clone(&config);
-                settling.jobs.namespace = legacy.clone();
-                Arc::new(settling)
-            }
-            Some(legacy) => {
-                crate::runtime::legacy_jobs::clean_up(&client, legacy).await;
-                config.clone()
-            }
-            None => config.clone(),
-        };
+        let crate::runtime::legacy_jobs::TermLayout {
+            config,
+            settling: settling_legacy,
+        } = crate::runtime::legacy_jobs::term_layout(&client, &config, &stop).await;
         info!(namespace = %config.jobs.namespace, settling_legacy, "leading: starting the reconcilers");
         let (pod_store, pod_writer) = reflector::store::<StoredPod>();
         let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();

@@ -58,8 +58,8 @@ use serde_json::json;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    node_state, on_nodes, operator_env, own_node, package, spawn_operator, wait_nodewright,
-    wait_nodewright_gone, wait_status, wait_timed_out_job,
+    node_state, on_nodes, operator_env, own_node, package, spawn_for, spawn_operator,
+    wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -1808,14 +1808,13 @@ async fn q_a_rebooted_node_is_tainted_again_until_its_packages_run_again() {
             }
         })
     };
-    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
-    env.insert("REAPPLY_ON_REBOOT", "true".to_owned());
-    let _operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
+    let _operator = spawn_for(
+        &client,
+        &ns,
+        SUITE_LABEL,
+        3,
+        &[("REAPPLY_ON_REBOOT", "true")],
         Some(hook),
-        None,
     );
     create_nodewright(
         &client,

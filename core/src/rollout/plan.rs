@@ -128,15 +128,8 @@ pub fn plan_node(
             Step::Run(stage) => {
                 let disruptive = package.interrupt.is_some()
                     && matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Uninstall);
-                let unstarted = jobs
-                    .get(&naming::package_job_name(
-                        nw,
-                        name,
-                        &package.version,
-                        stage,
-                        node,
-                    ))
-                    .is_some_and(ended_unstarted);
+                let job_name = naming::package_job_name(nw, name, &package.version, stage, node);
+                let unstarted = jobs.get(&job_name).is_some_and(ended_unstarted);
                 out.cordon |= disruptive && !unstarted;
                 out.release_cordon |= disruptive && unstarted;
                 if stage == Stage::Apply && current.is_some_and(|r| r.stage == Stage::Uninstall) {
@@ -153,7 +146,6 @@ pub fn plan_node(
                         out.delete.push(uninstall);
                     }
                 }
-                let job_name = naming::package_job_name(nw, name, &package.version, stage, node);
                 let at_stage = current.filter(|r| r.stage == stage);
                 match jobs.get(&job_name) {
                     None if serial_busy => {}
@@ -216,6 +208,7 @@ pub fn plan_node(
     ];
     for (stage, [wants, inside]) in phases {
         if !wants.is_empty() || !inside.is_empty() {
+            let packages_cordon = out.cordon;
             out.cordon = true;
             let input = PhaseInput {
                 nodewright,
@@ -225,7 +218,12 @@ pub fn plan_node(
                 fresh,
                 package_pending,
             };
-            interrupt_phase(&mut out, &input, stage, wants, inside);
+            if interrupt_phase(&mut out, &input, stage, wants, inside) {
+                // The interrupt ended without ever having a pod (the node was drained, nothing ran
+                // on it): only a disruptive package still in flight keeps the cordon.
+                out.cordon = packages_cordon;
+                out.release_cordon = true;
+            }
             break;
         }
     }
@@ -245,14 +243,15 @@ struct PhaseInput<'a> {
 }
 
 /// Drives the node's merged interrupt of `stage` (`interrupt` or `uninstall-interrupt`): `wants` are
-/// the packages ready for it, `inside` those already in it (owner or skipped).
+/// the packages ready for it, `inside` those already in it (owner or skipped). Returns whether the
+/// node's interrupt ended timed out without ever having had a pod.
 fn interrupt_phase(
     out: &mut Plan,
     input: &PhaseInput<'_>,
     stage: Stage,
     wants: &[&str],
     inside: &[&str],
-) {
+) -> bool {
     let PhaseInput {
         nodewright,
         node,
@@ -282,6 +281,7 @@ fn interrupt_phase(
             })
     });
     if owner_running {
+        let mut unstarted = false;
         match jobs.get(&interrupt_job) {
             None => {
                 // Lost (deleted, or the node was rebooted and the Job garbage-collected): recreate.
@@ -310,17 +310,13 @@ fn interrupt_phase(
                 Some(Recorded::Rejected) => out.delete.push(interrupt_job.clone()),
                 Some(Recorded::TimedOut) => {
                     out.timed_out = true;
-                    if ended_unstarted(job) {
-                        // Never got a pod: the node was drained, nothing ran on it.
-                        out.cordon = false;
-                        out.release_cordon = true;
-                    }
+                    unstarted = ended_unstarted(job);
                 }
                 Some(Recorded::Complete) if fresh => out.delete.push(interrupt_job.clone()),
                 Some(Recorded::Complete) => out.stale = true,
             },
         }
-        return;
+        return unstarted;
     }
     // Skipped packages whose owner is gone (e.g. its record was reset): take part again.
     let mut wants: Vec<&str> = wants.iter().chain(inside).copied().collect();
@@ -332,7 +328,7 @@ fn interrupt_phase(
             .iter()
             .any(|c| matches!(c, Creation::Package { .. }));
     if wants.is_empty() || package_work {
-        return;
+        return false;
     }
     match jobs.get(&interrupt_job) {
         Some(job) if !is_finished(job) => {}
@@ -358,6 +354,7 @@ fn interrupt_phase(
             }
         }
     }
+    false
 }
 
 #[cfg(test)]

@@ -45,8 +45,7 @@ pub fn failing(
             .metadata
             .creation_timestamp
             .as_ref()
-            .and_then(|t| Duration::try_from(now.duration_since(t.0)).ok())
-            .unwrap_or_default();
+            .map_or(Duration::ZERO, |t| super::age(t, now));
         if waited >= after {
             return Some(Ok(wait));
         }

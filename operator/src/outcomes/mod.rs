@@ -58,6 +58,14 @@ pub const STUCK_BOUND: Duration = Duration::from_secs(120);
 /// gone or blocked) and the recorder records the outcome itself.
 pub const ABSORB_GRACE: Duration = Duration::from_secs(10);
 
+/// How long before `now` the moment `since` was (zero for a moment still to come: clocks differ).
+pub(crate) fn age(
+    since: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Duration {
+    Duration::try_from(now.duration_since(since.0)).unwrap_or_default()
+}
+
 /// How long the Job's condition `type_` has been True.
 fn condition_age(job: &StoredJob, type_: &str) -> Option<Duration> {
     let since = job
@@ -129,7 +137,7 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
     // A refusal noted while the Job had no pod is history once it has (or had) one: cleared before
     // anything else, since a pod that ran at once may leave the Job recorded (by this path or with
     // the next stage by the rollout) before this reconciler ever sees it running.
-    if job.pods_not_created.is_some() && not_created::had_pods(job) {
+    if job.pods_not_created.is_some() && nodewright_core::jobs::read::had_pods(job) {
         not_created::clear(ctx, job).await?;
     }
     // Likewise an image-pull note, once the Job is over (no attempt waits on anything any more).

@@ -14,6 +14,7 @@
 
 use kube::runtime::reflector::Store;
 use nodewright_core::jobs::PackageAnnotation;
+use nodewright_core::jobs::read::had_pods;
 use nodewright_core::jobs::stored::StoredJob;
 use nodewright_core::node::record::Record;
 use nodewright_shared::keys;
@@ -53,8 +54,6 @@ pub fn refusal(
         .and_then(|e| e.message.clone())
         .map(|m| truncate(m, MAX_MESSAGE))
 }
-
-pub use nodewright_core::jobs::read::had_pods;
 
 fn truncate(mut text: String, max: usize) -> String {
     if text.len() > max {
@@ -124,9 +123,8 @@ pub fn end_deadline(
         .status
         .as_ref()
         .and_then(|s| s.start_time.as_ref())
-        .or(job.metadata.creation_timestamp.as_ref())?
-        .0;
-    let elapsed = std::time::Duration::try_from(now.duration_since(started)).unwrap_or_default();
+        .or(job.metadata.creation_timestamp.as_ref())?;
+    let elapsed = super::age(started, now);
     if elapsed < bound {
         return Some(Err(bound - elapsed));
     }

@@ -266,8 +266,7 @@ async fn sync_conditions(
                     (None, Some(m)) if !nodewright_core::jobs::read::is_finished(j) => {
                         (conditions::ProblemKind::ImagePullFailing, m)
                     }
-                    (None, Some(_)) => return None,
-                    (None, None) => return None,
+                    _ => return None,
                 };
                 Some(conditions::StageProblem {
                     kind,

@@ -15,11 +15,11 @@
 //! move for ever: once nothing runs any more, such Jobs are waited for [`UNRECORDED_PATIENCE`] and
 //! then left behind, with a warning naming them.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use nodewright_core::jobs::read::{is_finished, is_suspended, recorded};
@@ -27,6 +27,9 @@ use nodewright_core::jobs::stored::StoredJob;
 use nodewright_shared::keys;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use crate::runtime::config::OperatorConfig;
+use crate::writes::Writer;
 
 /// How long finished but unrecorded Jobs of the old namespace are waited for once none runs.
 pub const UNRECORDED_PATIENCE: Duration = Duration::from_secs(120);
@@ -81,27 +84,59 @@ async fn list(client: &Client, namespace: &str) -> Result<Vec<StoredJob>, kube::
         .items)
 }
 
-/// Whether the old namespace `legacy` has Jobs to settle before Jobs may start in the package
-/// namespace. An error reading it counts as "yes": the term then settles from its watch, which
-/// retries, instead of risking a stage twice.
-pub async fn must_settle(client: &Client, legacy: &str) -> bool {
-    match list(client, legacy).await {
-        Ok(jobs) => {
-            let (running, unrecorded) = unsettled(&jobs);
-            if running + unrecorded > 0 {
-                info!(
-                    namespace = %legacy, running, unrecorded,
-                    "package Jobs of an earlier version are still in the operator's namespace: \
-                     settling them before Jobs start in the package namespace"
-                );
-            }
-            running + unrecorded > 0
-        }
+/// Where one leadership term works.
+pub struct TermLayout {
+    /// The operator's configuration for the term: `jobs.namespace` is the old namespace while it
+    /// is settled, the package namespace otherwise.
+    pub config: Arc<OperatorConfig>,
+    /// The term only settles the old namespace's Jobs (no Job is created; it ends once they are).
+    pub settling: bool,
+}
+
+/// Decides the term's layout from one LIST of the Jobs in the operator's own namespace, when the
+/// package Jobs belong elsewhere: while some are unsettled the term runs there and settles them
+/// (an error reading them counts as unsettled: the term's watch then retries, rather than risking
+/// a stage twice); otherwise the leftovers there are deleted and the term runs on the package
+/// namespace. `stop` gates the deletions as every write of the term.
+pub async fn term_layout(
+    client: &Client,
+    config: &Arc<OperatorConfig>,
+    stop: &CancellationToken,
+) -> TermLayout {
+    let unchanged = || TermLayout {
+        config: config.clone(),
+        settling: false,
+    };
+    if config.namespace == config.jobs.namespace {
+        return unchanged();
+    }
+    let legacy = config.namespace.as_str();
+    let jobs = match list(client, legacy).await {
+        Ok(jobs) => Some(jobs),
         Err(e) => {
             warn!(namespace = %legacy, error = %e, "cannot list the Jobs left in the operator's namespace");
-            true
+            None
         }
+    };
+    let (running, unrecorded) = jobs.as_deref().map_or((0, 0), unsettled);
+    if jobs.is_none() || running + unrecorded > 0 {
+        info!(
+            namespace = %legacy, running, unrecorded,
+            "package Jobs of an earlier version are still in the operator's namespace: settling \
+             them before Jobs start in the package namespace"
+        );
+        let mut settling = OperatorConfig::clone(config);
+        settling.jobs.namespace = legacy.to_owned();
+        return TermLayout {
+            config: Arc::new(settling),
+            settling: true,
+        };
     }
+    if let Some(jobs) = jobs {
+        let writer = Writer::new(client.clone(), legacy, stop.clone());
+        clean_up(client, &writer, &jobs).await;
+    }
+    unchanged()
 }
 
 /// Ends a settling term (cancels `stop`) once `jobs` (its synced store of the old namespace) has
@@ -147,25 +182,18 @@ pub async fn end_when_settled(
     }
 }
 
-/// Deletes what this operator left in the old namespace `legacy` once it is settled: its Jobs
-/// (recorded ones, and the suspended Jobs of paused NodeWrights, which run again in the package
-/// namespace when resumed) and its NodeWrights' package and node-metadata ConfigMaps. Jobs still
-/// unsettled (see [`end_when_settled`]) are kept. Errors are logged, never fatal: the leftovers are
-/// inert, and the next term tries again.
-pub async fn clean_up(client: &Client, legacy: &str) {
-    let jobs_api: Api<Job> = Api::namespaced(client.clone(), legacy);
-    let jobs = match list(client, legacy).await {
-        Ok(jobs) => jobs,
-        Err(e) => {
-            warn!(namespace = %legacy, error = %e, "cannot list the Jobs left in the operator's namespace");
-            return;
-        }
-    };
+/// Deletes, through the term's `writer`, what this operator left in the old namespace (the
+/// writer's) once it is settled: its Jobs
+/// among `jobs` (recorded ones, and the suspended Jobs of paused NodeWrights, which run again in
+/// the package namespace when resumed) and its NodeWrights' package and node-metadata ConfigMaps.
+/// Unsettled Jobs (see [`end_when_settled`]) are kept. Errors are logged, never fatal: the
+/// leftovers are inert, and the next term tries again.
+async fn clean_up(client: &Client, writer: &Writer, jobs: &[StoredJob]) {
+    let legacy = writer.namespace();
     for job in jobs.iter().filter(|j| settle(j) == Settle::Done) {
         let name = job.name_any();
-        match jobs_api.delete(&name, &DeleteParams::foreground()).await {
-            Ok(_) => info!(namespace = %legacy, job = %name, "deleted a Job of the old layout"),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+        match writer.remove_job(&name).await {
+            Ok(()) => info!(namespace = %legacy, job = %name, "deleted a Job of the old layout"),
             Err(e) => {
                 warn!(namespace = %legacy, job = %name, error = %e, "cannot delete a Job of the old layout")
             }
@@ -187,11 +215,11 @@ pub async fn clean_up(client: &Client, legacy: &str) {
         .filter(|cm| cm.owner_references().iter().any(|o| o.kind == "NodeWright"))
     {
         let name = cm.name_any();
-        match cms.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {
+        match writer.delete_configmap(&name).await {
+            Ok(()) => {
                 info!(namespace = %legacy, configmap = %name, "deleted a ConfigMap of the old layout")
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) if e.code() == Some(404) => {}
             Err(e) => {
                 warn!(namespace = %legacy, configmap = %name, error = %e, "cannot delete a ConfigMap of the old layout")
             }

@@ -1582,7 +1582,7 @@ fn package_pods_get_a_privileged_namespace_of_their_own() {
     );
     find_in(&docs, "ServiceAccount", PKG_NS, &format!("{FULL}-packages"));
     find_in(&docs, "RoleBinding", PKG_NS, &format!("{FULL}-operator"));
-    // Nothing of the chart's in the release namespace is labelled for privileged pods.
+    // Only the operator's rights, the package pods' account and their defaults live there.
     assert!(docs.iter().all(|d| {
         d["metadata"]["namespace"] != PKG_NS
             || ["Role", "RoleBinding", "ServiceAccount", "LimitRange"]
