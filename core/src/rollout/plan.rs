@@ -830,7 +830,21 @@ pub(crate) mod tests {
             &nw,
             "n1",
             &s,
-            &JobIndex::new([timed_out_job(apply, 0), running]),
+            &JobIndex::new([timed_out_job(apply, 0), running.clone()]),
+            false,
+        );
+        assert!(p.cordon && !p.release_cordon, "{p:?}");
+        // Also when it is the interrupt that ended without a pod.
+        let s = state(&[
+            entry("a", Stage::Interrupt, State::Erroring),
+            entry("b", Stage::Apply, State::InProgress),
+        ]);
+        let interrupt = naming::interrupt_job_name("nw", "n1");
+        let p = plan_node(
+            &nw,
+            "n1",
+            &s,
+            &JobIndex::new([timed_out_job(interrupt, 0), running]),
             false,
         );
         assert!(p.cordon && !p.release_cordon, "{p:?}");
