@@ -535,6 +535,7 @@ mod tests {
                         ..Default::default()
                     },
                 ],
+                windows: Vec::new(),
                 reset_batch_state_on_completion: None,
             },
         );

@@ -10,7 +10,9 @@
 //!   arithmetic with its int32 clamp;
 //! - [`keys`]: every label, annotation and finalizer key the product owns;
 //! - [`glob`]: the `configInterrupts` key patterns (Go's `filepath.Match`), which admission validates
-//!   and the operator uses to pick the interrupt a config change calls for.
+//!   and the operator uses to pick the interrupt a config change calls for;
+//! - [`window`]: the DeploymentPolicy's maintenance windows, which admission checks and the operator,
+//!   the preview and the command line evaluate.
 
 pub mod api;
 pub mod crd;
@@ -21,3 +23,4 @@ pub mod duration;
 pub mod glob;
 pub mod keys;
 pub mod node_state;
+pub mod window;

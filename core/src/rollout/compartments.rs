@@ -228,6 +228,7 @@ mod tests {
                         ..DeploymentStrategy::default()
                     }),
                 }],
+                windows: Vec::new(),
                 reset_batch_state_on_completion: None,
             },
         );

@@ -18,6 +18,7 @@ pub use package::{
 };
 pub use policy::{
     BatchParameters, Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy,
-    DeploymentPolicySpec, DeploymentStrategy, ExponentialStrategy, LinearStrategy, PolicyDefault,
+    DeploymentPolicySpec, DeploymentStrategy, ExponentialStrategy, LinearStrategy,
+    MaintenanceWindow, PolicyDefault, Weekday,
 };
 pub use status::{BatchState, CompartmentStatus, NodeWrightStatus, Status};

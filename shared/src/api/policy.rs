@@ -41,6 +41,12 @@ pub struct DeploymentPolicySpec {
     ))]
     pub compartments: Vec<Compartment>,
 
+    /// When new nodes may start: outside every window no node is admitted into the rollout (nodes
+    /// already in progress finish their stages). Unset or empty: any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = 20))]
+    pub windows: Vec<MaintenanceWindow>,
+
     /// Reset every compartment's batch state when a NodeWright using this policy completes or a
     /// package version changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,4 +165,49 @@ pub struct ExponentialStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 2))]
     pub growth_factor: Option<i32>,
+}
+
+/// A recurring maintenance window: on each of `days`, from `start` to `end` in `timeZone`. An `end`
+/// at or before `start` crosses midnight into the next day (`22:00`-`04:00`), and `start` equal to
+/// `end` is the whole day from `start`. Checked at admission, where a bad time or zone is refused
+/// with the field and the fix.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// The days the window opens on (in `timeZone`), e.g. `[Mon, Tue]`. Unset or empty: every day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = 7))]
+    pub days: Vec<Weekday>,
+    /// Local opening time, `HH:MM` (24-hour clock).
+    #[schemars(length(max = 16))]
+    pub start: String,
+    /// Local closing time, `HH:MM` (24-hour clock); at or before `start`: the next day.
+    #[schemars(length(max = 16))]
+    pub end: String,
+    /// IANA time zone of `start` and `end`, e.g. `Europe/Berlin` (the operator carries the time
+    /// zone database; daylight saving time is followed). Unset: `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
+}
+
+/// A day of the week, as a maintenance window names it.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum Weekday {
+    /// Monday.
+    Mon,
+    /// Tuesday.
+    Tue,
+    /// Wednesday.
+    Wed,
+    /// Thursday.
+    Thu,
+    /// Friday.
+    Fri,
+    /// Saturday.
+    Sat,
+    /// Sunday.
+    Sun,
 }

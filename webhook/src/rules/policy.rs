@@ -10,6 +10,8 @@ use nodewright_shared::api::{
     BatchParameters, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy, DeploymentStrategy,
 };
 
+use nodewright_shared::window;
+
 use super::cluster::ClusterView;
 use super::findings::{Findings, child, item, short_list};
 use super::selector::selector_errors;
@@ -32,6 +34,12 @@ pub fn check(policy: &DeploymentPolicy, f: &mut Findings) {
         "default strategy",
         f,
     );
+
+    if let Err(problems) = window::parse(&spec.windows) {
+        for p in problems {
+            f.error(format!("spec.{}", p.field()), p.problem());
+        }
+    }
 
     // First compartment with each name, and the compartments seen so far (for identical selectors).
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
@@ -298,6 +306,7 @@ mod tests {
                     strategy: fixed(),
                 },
                 compartments,
+                windows: Vec::new(),
                 reset_batch_state_on_completion: None,
             },
         )
@@ -317,6 +326,38 @@ mod tests {
             got.iter().any(|l| l.contains(want)),
             "{want:?} not in {got:?}"
         );
+    }
+
+    #[test]
+    fn bad_windows_are_refused_naming_the_field() {
+        use nodewright_shared::api::{MaintenanceWindow, Weekday};
+        let mut p = policy(vec![]);
+        p.spec.windows = vec![
+            MaintenanceWindow {
+                days: vec![Weekday::Sat, Weekday::Sun],
+                start: "22:00".into(),
+                end: "04:00".into(),
+                time_zone: Some("Europe/Berlin".into()),
+            },
+            MaintenanceWindow {
+                days: vec![],
+                start: "7:00".into(),
+                end: "09:00".into(),
+                time_zone: Some("Mars/Olympus".into()),
+            },
+        ];
+        let got = lines(&p);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_err(
+            &p,
+            "spec.windows[1].start: \"7:00\" is not a time of day; write HH:MM",
+        );
+        assert_err(
+            &p,
+            "spec.windows[1].timeZone: \"Mars/Olympus\" is not an IANA time zone name",
+        );
+        p.spec.windows.truncate(1);
+        assert!(lines(&p).is_empty(), "{:?}", lines(&p));
     }
 
     #[test]
