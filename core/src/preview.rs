@@ -43,6 +43,7 @@ use crate::rollout::pass::{self, PassDecision, PassInput};
 use crate::rollout::plan::{Creation, plan_node};
 use crate::rollout::selection::{self, NodeSelection, SelectorError};
 use crate::rollout::stages::package_done;
+use crate::rollout::windows::Schedule;
 use crate::rollout::{batches, config_updates, graph, priority, uninstall};
 
 /// Most passes a preview simulates per selected node (a batch takes two: one evaluates the batch
@@ -98,6 +99,12 @@ pub struct Preview {
     pub compartments: Vec<CompartmentPreview>,
     /// Every selected node, in rollout order.
     pub nodes: Vec<NodePreview>,
+    /// Its DeploymentPolicy's maintenance windows, one line each (empty: any time).
+    pub windows: Vec<String>,
+    /// While every window is closed: `waiting for window (opens ...)`; no new node starts until
+    /// then (the batches shown start then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// One compartment of the rollout.
@@ -219,6 +226,11 @@ pub enum Blocker {
         compartment: String,
         /// The batch it starts in.
         batch: i32,
+    },
+    /// Every maintenance window of its DeploymentPolicy is closed: it starts when one opens.
+    Window {
+        /// `waiting for window (opens ...)`.
+        waiting: String,
     },
     /// Its compartment's rollout stopped (failed batches reached the failure threshold).
     Stopped {
@@ -347,6 +359,7 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         missing_policy,
         deleting,
         now: snapshot.now,
+        windows: &parts.windows,
     };
 
     // The pass as it would run now: statuses and what holds each node back.
@@ -354,7 +367,11 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
     let (now_status, now) = world.decide(&nw, old_status, &nodes, paused, disabled, 0);
     let now_input = world.input(&nw, &now_status, &nodes, paused, disabled, 0);
     // Then pass after pass, as if resumed and enabled, every stage succeeding.
-    let sim = world.simulate(&nodes);
+    let sim = World {
+        windows: &ALWAYS,
+        ..world
+    }
+    .simulate(&nodes);
 
     let node_compartment: BTreeMap<&str, &str> = parts
         .compartments
@@ -429,6 +446,8 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         not_selected: every_node.len().saturating_sub(nodes.len()),
         compartments,
         nodes: previews,
+        windows: parts.windows.describe(),
+        waiting_for: parts.windows.waiting(snapshot.now),
     })
 }
 
@@ -457,7 +476,12 @@ struct Simulation {
     stopped: BTreeSet<String>,
 }
 
+/// The schedule the simulation runs with: the windows only delay its batches (`plan` prints them
+/// and when the next opens), the order and the batches are the same.
+static ALWAYS: Schedule = Schedule::Always;
+
 /// The inputs every pass of a preview shares.
+#[derive(Clone, Copy)]
 struct World<'a> {
     nw: &'a NodeWright,
     name: &'a str,
@@ -469,6 +493,8 @@ struct World<'a> {
     missing_policy: bool,
     deleting: bool,
     now: Timestamp,
+    /// The maintenance windows the passes decide with.
+    windows: &'a Schedule,
 }
 
 impl<'a> World<'a> {
@@ -495,6 +521,7 @@ impl<'a> World<'a> {
             paused,
             disabled,
             deleting: self.deleting,
+            windows: self.windows,
             now: self
                 .now
                 .checked_add(SignedDuration::from_secs(seconds))
@@ -829,6 +856,11 @@ impl<'a> World<'a> {
         if row.waits {
             out.extend(self.holding_back(node));
         }
+        if !decision.active.contains(&node_name)
+            && let Some(waiting) = input.windows.waiting(input.now)
+        {
+            out.push(Blocker::Window { waiting });
+        }
         out.extend(self.timed_out(&node_name, state));
         out.extend(dependencies(self.nw, state));
         out
@@ -1078,6 +1110,65 @@ mod tests {
                 batch: 2
             }]
         );
+    }
+
+    #[test]
+    fn a_closed_window_holds_every_unstarted_node_and_the_batches_start_when_it_opens() {
+        use nodewright_shared::api::MaintenanceWindow;
+        let mut nw = nodewright("nw", &[("a", package(&[], None))]);
+        nw.spec.deployment_policy = Some("nightly".into());
+        let mut snap = snapshot(nw, (0..3).map(|i| node(&format!("n{i}"), i)).collect());
+        // 1970-01-01T00:16:40Z (the snapshot's clock) is outside 22:00-04:00 UTC.
+        snap.policies = vec![DeploymentPolicy::new(
+            "nightly",
+            DeploymentPolicySpec {
+                default: PolicyDefault {
+                    budget: DeploymentBudget {
+                        count: Some(2),
+                        percent: None,
+                    },
+                    strategy: DeploymentStrategy {
+                        fixed: Some(BatchParameters::default()),
+                        ..DeploymentStrategy::default()
+                    },
+                },
+                windows: vec![MaintenanceWindow {
+                    days: Vec::new(),
+                    start: "22:00".into(),
+                    end: "04:00".into(),
+                    time_zone: None,
+                }],
+                ..DeploymentPolicySpec::default()
+            },
+        )];
+        snap.now = "1970-01-01T12:00:00Z".parse().expect("time");
+        let p = preview(&snap).expect("preview");
+        assert_eq!(p.windows, ["every day 22:00-04:00 (next day) UTC"]);
+        let waiting = "waiting for window (opens 1970-01-01T22:00+00:00)";
+        assert_eq!(p.waiting_for.as_deref(), Some(waiting));
+        for n in &p.nodes {
+            assert_eq!(n.status, Status::Waiting, "{}", n.name);
+            assert_eq!(
+                n.blockers,
+                [Blocker::Window {
+                    waiting: waiting.to_owned()
+                }]
+            );
+        }
+        // The order and the batches are the rollout's once the window opens.
+        assert_eq!(
+            batches(&p),
+            [
+                (1, names(&["n0"])),
+                (2, names(&["n1"])),
+                (3, names(&["n2"]))
+            ]
+        );
+        // Inside the window nothing waits.
+        snap.now = "1970-01-01T23:00:00Z".parse().expect("time");
+        let p = preview(&snap).expect("preview");
+        assert_eq!(p.waiting_for, None);
+        assert!(p.nodes[0].blockers.is_empty());
     }
 
     #[test]

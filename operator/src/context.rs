@@ -18,6 +18,11 @@ use nodewright_core::jobs::stored::{StoredJob, StoredPod};
 /// binary never sets one.
 pub type JobHook = Arc<dyn Fn(&mut Job) + Send + Sync>;
 
+/// The clock a rollout pass decides with (maintenance windows, admission times). The binary uses
+/// the system clock; a test gives one set ahead so a maintenance window opens within seconds,
+/// without waiting for the wall clock to reach it.
+pub type Clock = Arc<dyn Fn() -> k8s_openapi::jiff::Timestamp + Send + Sync>;
+
 /// How an in-process operator is run, beyond its [`OperatorConfig`].
 #[derive(Clone, Default)]
 pub struct RunOptions {
@@ -31,6 +36,8 @@ pub struct RunOptions {
     /// The webhook certificate controller's settings (`WEBHOOK_CERTS_MANAGED=true`); `None`: the
     /// chart's cert-manager or provided-Secret mode, the controller does not run.
     pub webhook_certs: Option<crate::webhook_certs::Settings>,
+    /// See [`Clock`]; `None`: the system clock.
+    pub clock: Option<Clock>,
 }
 
 impl fmt::Debug for RunOptions {
@@ -39,6 +46,7 @@ impl fmt::Debug for RunOptions {
             .field("nodewright_selector", &self.nodewright_selector)
             .field("job_hook", &self.job_hook.as_ref().map(|_| "<hook>"))
             .field("webhook_certs", &self.webhook_certs.is_some())
+            .field("clock", &self.clock.as_ref().map(|_| "<clock>"))
             .finish()
     }
 }
@@ -96,6 +104,14 @@ pub struct Context {
 }
 
 impl Context {
+    /// The rollout's clock ([`RunOptions::clock`]).
+    pub fn now(&self) -> k8s_openapi::jiff::Timestamp {
+        self.options
+            .clock
+            .as_ref()
+            .map_or_else(k8s_openapi::jiff::Timestamp::now, |clock| clock())
+    }
+
     /// Whether this term still leads: a reconcile that starts after it ended does nothing (each
     /// write is gated again by [`crate::writes::Writer`]).
     pub fn leading(&self) -> bool {

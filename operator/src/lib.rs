@@ -23,6 +23,6 @@ pub mod runtime;
 pub mod webhook_certs;
 pub(crate) mod writes;
 
-pub use context::{JobHook, RunOptions};
+pub use context::{Clock, JobHook, RunOptions};
 pub use outcomes::{STUCK_BOUND, STUCK_RECHECK};
 pub use run::{run, run_instrumented};

@@ -31,6 +31,12 @@
 //!     NodeStateMalformed (ParseError, naming the node), the node is blocked and runs nothing while
 //!     the other node completes, and the garbage is left as it was; deleting the annotation clears the
 //!     condition and the rollout completes.
+//! (window) a policy's maintenance window (22:00-04:00 Europe/Berlin), the operator's clock set to
+//!     13:00 Berlin time: the NodeWright reports `waiting for window (opens
+//!     2026-12-03T22:00+01:00)` with a WaitingForWindow Event, its nodes wait and no Job is created.
+//!     The clock is then set to seconds before the opening: the operator wakes for it by itself and
+//!     the rollout completes, every Job created after the opening (in the apiserver's time, the
+//!     clock's offset taken off) and every node admitted at or after it (status.nodePriority).
 //! (metrics) a NodeWright's `nodewright_*` series are on `/metrics` during its rollout (held on a
 //!     hanging pod) and after it; once it is deleted (its finalizer let it go) none is left, while
 //!     another NodeWright's series stay.
@@ -64,8 +70,8 @@ use tokio_util::sync::CancellationToken;
 mod support;
 use support::{
     BOUND, Operator, cluster, condition, create_fake_node, node_state, on_nodes, operator_env,
-    package, patch_node, spawn_operator, status_is, wait_nodewright, wait_nodewright_gone,
-    wait_status,
+    package, patch_node, spawn_operator, spawn_with_options, status_is, wait_nodewright,
+    wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (value: the test's namespace).
@@ -1221,5 +1227,118 @@ async fn a_deleted_nodewrights_metric_series_are_removed() {
     assert!(!series_of(&text, &kept).is_empty());
     admin_stop.cancel();
     let _ = admin.await;
+    delete_nodes(&client, &names).await;
+}
+
+/// A clock `offset` seconds ahead of the system clock, changed by the test as it goes.
+fn offset_clock(offset: Arc<std::sync::atomic::AtomicI64>) -> nodewright_operator::Clock {
+    Arc::new(move || {
+        let seconds = offset.load(std::sync::atomic::Ordering::SeqCst);
+        Timestamp::now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+            .expect("a representable time")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_start_only_inside_a_maintenance_window() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("window").await.expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
+    create_policy(
+        &client,
+        &ns,
+        json!({
+            "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+            "windows": [{"start": "22:00", "end": "04:00", "timeZone": "Europe/Berlin"}]
+        }),
+    )
+    .await;
+    // 13:00 in Berlin: the window is closed for nine hours.
+    let closed: Timestamp = "2026-12-03T12:00:00Z".parse().expect("time");
+    let opens: Timestamp = "2026-12-03T21:00:00Z".parse().expect("time");
+    let offset = Arc::new(AtomicI64::new(
+        closed.as_second() - Timestamp::now().as_second(),
+    ));
+    let env = operator_env(&ns, format!("operator-{ns}"), 3);
+    let operator = spawn_with_options(
+        client.clone(),
+        &env,
+        nodewright_operator::RunOptions {
+            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
+            clock: Some(offset_clock(offset.clone())),
+            ..Default::default()
+        },
+        None,
+    );
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let waiting = "waiting for window (opens 2026-12-03T22:00+01:00)";
+    let held = wait_nodewright(cluster, &client, &ns, waiting, |nw| {
+        nw.status
+            .as_ref()
+            .is_some_and(|s| s.waiting_for.as_deref() == Some(waiting) && s.node_status.len() == 2)
+    })
+    .await;
+    let status = held.status.clone().unwrap_or_default();
+    assert!(
+        status.node_status.values().all(|s| *s == Status::Waiting),
+        "{:?}",
+        status.node_status
+    );
+    assert!(
+        status.node_priority.is_empty(),
+        "{:?}",
+        status.node_priority
+    );
+    support::wait_event(cluster, &client, &ns, "WaitingForWindow", "NodeWright").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let listed = jobs
+        .list(&ListParams::default())
+        .await
+        .expect("Jobs listed");
+    assert!(
+        listed.items.is_empty(),
+        "a Job outside the window: {listed:?}"
+    );
+
+    // Three seconds before the opening: the operator wakes for it without any event.
+    let before = opens.as_second() - 3 - Timestamp::now().as_second();
+    offset.store(before, Ordering::SeqCst);
+    let done = wait_nodewright(cluster, &client, &ns, "complete", |nw| {
+        status_is(nw, Status::Complete)
+    })
+    .await;
+    let status = done.status.clone().unwrap_or_default();
+    assert_eq!(status.waiting_for, None);
+    // The opening in the apiserver's time: the clock ran `before` seconds ahead of it.
+    let opened_real = opens.as_second() - before;
+    let listed = jobs
+        .list(&ListParams::default())
+        .await
+        .expect("Jobs listed");
+    assert!(!listed.items.is_empty());
+    for job in &listed.items {
+        let at = created(job).expect("created").as_second();
+        assert!(
+            at >= opened_real - 1,
+            "Job {} created at {at}, before the window opened at {opened_real}",
+            job.name_any()
+        );
+    }
+    operator.stop().await;
     delete_nodes(&client, &names).await;
 }

@@ -97,6 +97,12 @@ pub fn explain(b: &Blocker, nodewright: &str, node: &str) -> (String, Option<Str
             ),
             None,
         ),
+        Blocker::Window { waiting } => (
+            format!(
+                "{waiting}: its DeploymentPolicy's maintenance windows are closed, no new node starts until one opens"
+            ),
+            None,
+        ),
         Blocker::Stopped { compartment } => (
             format!(
                 "the rollout of compartment {compartment} stopped: its failed batches reached the failure threshold"
@@ -217,6 +223,17 @@ impl Render for PlanReport {
         }
         if p.missing_policy {
             out.push_str("Its DeploymentPolicy does not exist: no node starts.\n");
+        }
+        if !p.windows.is_empty() {
+            out.push_str(&format!(
+                "Maintenance windows (new nodes start only inside one): {}\n",
+                p.windows.join("; ")
+            ));
+        }
+        if let Some(waiting) = &p.waiting_for {
+            out.push_str(&format!(
+                "Closed now, {waiting}: nodes in progress finish, the batches below start then.\n"
+            ));
         }
         if p.deleting {
             out.push_str(

@@ -1,6 +1,6 @@
 //! The pure half of the NodeWright rollout (DESIGN §4, upstream-operator.md §2): which nodes a
 //! NodeWright selects and admits ([`selection`], [`compartments`], [`budget`], [`batches`],
-//! [`priority`]), the stage machine on one node ([`stages`], [`graph`], [`plan`]), the pass that
+//! [`priority`]), the maintenance windows ([`windows`]), the stage machine on one node ([`stages`], [`graph`], [`plan`]), the pass that
 //! decides over all of them ([`pass`]) and the status it produces ([`status`], [`uninstall`]). The
 //! operator's reconciler reads the cluster, calls these and carries out what they decide.
 
@@ -21,3 +21,4 @@ pub mod stages;
 pub mod status;
 pub mod uninstall;
 pub mod wake;
+pub mod windows;

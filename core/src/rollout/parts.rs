@@ -1,6 +1,6 @@
 //! The parts of a pass read from the cluster's objects, shared by the rollout and the preview: the
-//! nodes a NodeWright selects, its Jobs, its policy as defaulted, the gates, tolerations and
-//! compartments it decides with, and whether pause or disable is on.
+//! nodes a NodeWright selects, its Jobs, its policy as defaulted, the gates, tolerations,
+//! compartments and maintenance windows it decides with, and whether pause or disable is on.
 
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use kube_core::ResourceExt;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 
 use super::selection::{NodeSelection, selection_tolerations};
-use super::{batches, compartments, priority};
+use super::{batches, compartments, priority, windows};
 use crate::jobs::RuntimeTaint;
 use crate::jobs::read::JobIndex;
 use crate::jobs::stored::StoredJob;
@@ -67,6 +67,8 @@ pub struct PassParts<'a> {
     pub compartments: Vec<compartments::Compartment>,
     /// `resetBatchStateOnCompletion` in effect.
     pub reset_batches: bool,
+    /// The policy's maintenance windows: when new nodes may start.
+    pub windows: windows::Schedule,
 }
 
 /// Assembles the [`PassParts`] of `nw` (defaulted, effective) over its selected `nodes`, every node
@@ -85,6 +87,7 @@ pub fn pass_parts<'a>(
         gates: priority::gates(nw, all_nodewrights, &every_node),
         tolerations: selection_tolerations(nw, runtime_taint),
         compartments: compartments::compartments(nw, policy, &node_refs),
+        windows: windows::Schedule::of(policy),
         reset_batches: batches::reset_enabled(
             nw,
             policy.map_or(batches::LEGACY_RESET, |p| {

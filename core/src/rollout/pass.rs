@@ -21,6 +21,7 @@ use super::plan::{Plan, plan_node};
 use super::priority::{self, Gate};
 use super::selection::{Blocker, blocker};
 use super::status::{self, NodeFacts, StatusInput, any_erroring, node_status};
+use super::windows::Schedule;
 use super::{absorb, batches};
 use super::{reboots, uninstall};
 use crate::jobs::read::JobIndex;
@@ -50,8 +51,10 @@ pub struct PassInput<'a> {
     pub disabled: bool,
     /// The NodeWright is being deleted (its uninstalls run first).
     pub deleting: bool,
-    /// The pass's clock (admission time of newly admitted nodes).
+    /// The pass's clock (admission time of newly admitted nodes, the maintenance windows).
     pub now: Timestamp,
+    /// The policy's maintenance windows: outside them no new node is admitted.
+    pub windows: &'a Schedule,
 }
 
 /// One selected node, as the pass found it.
@@ -100,6 +103,8 @@ pub struct PassDecision<'c> {
     pub node_priority: BTreeMap<String, Time>,
     /// `status.nodeOrderOffset`.
     pub node_order_offset: i32,
+    /// `status.waitingFor`: a closed maintenance window holds back nodes that would start.
+    pub waiting_for: Option<String>,
 }
 
 impl PassDecision<'_> {
@@ -208,6 +213,9 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
     // A version change starts a new rollout: its batches begin afresh (when reset is enabled).
     let fresh_batches = input.reset_batches && batches::versions_changed(&old.package_list, nw);
     let may_start = !input.paused && !input.disabled && !input.missing_policy;
+    // Outside every maintenance window the admitted nodes go on and no new one is admitted.
+    let window_open = input.windows.state(input.now).is_open();
+    let mut held_by_window = false;
     let mut active: BTreeSet<String> = BTreeSet::new();
     let mut batch_states = BTreeMap::new();
     let mut all_slots = Vec::new();
@@ -233,7 +241,13 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
                 .get(&c.name)
                 .and_then(|s| s.batch_state.as_ref())
                 .filter(|_| !fresh_batches);
-            let step = batches::step(strategy, previous, &slots, c.ceiling, may_start);
+            let step = batches::step(
+                strategy,
+                previous,
+                &slots,
+                c.ceiling,
+                may_start && window_open,
+            );
             if step.state.should_stop && !previous.is_some_and(|p| p.should_stop) {
                 newly_stopped.push(c.name.clone());
             }
@@ -242,8 +256,14 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
                 active.extend(step.admit.into_iter().map(str::to_owned));
             }
         } else if may_start {
-            active.extend(admit(&slots, c.ceiling).into_iter().map(str::to_owned));
+            let ceiling = if window_open { c.ceiling } else { 0 };
+            active.extend(admit(&slots, ceiling).into_iter().map(str::to_owned));
         }
+        held_by_window |= may_start
+            && !window_open
+            && slots
+                .iter()
+                .any(|s| !s.admitted && !s.complete && !s.blocked);
         batch_states.insert(c.name.clone(), batch_state);
         all_slots.push(slots);
     }
@@ -274,6 +294,9 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
         newly_stopped,
         node_priority,
         node_order_offset: offset,
+        waiting_for: held_by_window
+            .then(|| input.windows.waiting(input.now))
+            .flatten(),
     }
 }
 
@@ -399,6 +422,7 @@ pub fn finish(
             node_boot_ids: reboots::current_ids(&input.old_status.node_boot_ids, input.nodes),
             config_updates: input.old_status.config_updates.clone(),
             uninstall_conditions,
+            waiting_for: decision.waiting_for,
         },
         input.now,
     );
@@ -539,6 +563,8 @@ mod tests {
         nodes: Vec<Arc<Node>>,
         jobs: JobIndex,
         paused: bool,
+        windows: Schedule,
+        now: Timestamp,
     }
 
     impl Fixture {
@@ -549,6 +575,8 @@ mod tests {
                 nodes,
                 jobs: JobIndex::default(),
                 paused: false,
+                windows: Schedule::Always,
+                now: Timestamp::UNIX_EPOCH,
             }
         }
 
@@ -565,9 +593,60 @@ mod tests {
                 paused: self.paused,
                 disabled: false,
                 deleting: false,
-                now: Timestamp::UNIX_EPOCH,
+                now: self.now,
+                windows: &self.windows,
             }
         }
+    }
+
+    #[test]
+    fn outside_every_window_admitted_nodes_go_on_and_no_new_node_starts() {
+        use nodewright_shared::api::{DeploymentPolicy, DeploymentPolicySpec, MaintenanceWindow};
+        let nw = nodewright("nw", 200, Sequencing::Node);
+        let started = node(
+            "n0",
+            &[],
+            &[state_of("nw", Stage::Apply, State::InProgress)],
+        );
+        let nodes = vec![started, node("n1", &[], &[]), node("n2", &[], &[])];
+        let all: Vec<&Arc<Node>> = nodes.iter().collect();
+        let compartments = compartment(&all, 2);
+        let mut f = Fixture::new(nw, nodes.clone());
+        let policy = DeploymentPolicy::new(
+            "p",
+            DeploymentPolicySpec {
+                windows: vec![MaintenanceWindow {
+                    days: Vec::new(),
+                    start: "22:00".into(),
+                    end: "04:00".into(),
+                    time_zone: Some("Europe/Berlin".into()),
+                }],
+                ..DeploymentPolicySpec::default()
+            },
+        );
+        f.windows = Schedule::of(Some(&policy));
+        // 13:00 in Berlin: closed. n0 (started) goes on, n1 would fit the budget but waits.
+        f.now = "2026-12-03T12:00:00Z".parse().expect("time");
+        let d = decide(&f.input(&[]), &compartments);
+        assert_eq!(d.active, BTreeSet::from(["n0".into()]));
+        assert_eq!(
+            d.waiting_for.as_deref(),
+            Some("waiting for window (opens 2026-12-03T22:00+01:00)")
+        );
+        assert_eq!(idle_status(&d, &f.input(&[]), "n1"), Status::Waiting);
+        // 23:00 in Berlin: open, the budget admits n1.
+        f.now = "2026-12-03T22:00:00Z".parse().expect("time");
+        let d = decide(&f.input(&[]), &compartments);
+        assert_eq!(d.active, BTreeSet::from(["n0".into(), "n1".into()]));
+        assert_eq!(d.waiting_for, None);
+        // Closed again with nothing left to start: nothing is waiting for the window.
+        let done = |n: &str| node(n, &[], &[state_of("nw", Stage::Config, State::Complete)]);
+        f.nodes = vec![done("n0"), done("n1"), done("n2")];
+        f.now = "2026-12-04T12:00:00Z".parse().expect("time");
+        let all: Vec<&Arc<Node>> = f.nodes.iter().collect();
+        let compartments = compartment(&all, 2);
+        let d = decide(&f.input(&[]), &compartments);
+        assert_eq!(d.waiting_for, None);
     }
 
     #[test]

@@ -117,6 +117,8 @@ pub struct StatusInput {
     /// The uninstall steps' conditions (UninstallInProgress, UninstallFailed, Blocked,
     /// DeletionBlocked): type and, when True, (reason, message); absent when `None`.
     pub uninstall_conditions: Vec<(&'static str, Option<(String, String)>)>,
+    /// `status.waitingFor` ([`super::pass::PassDecision::waiting_for`]).
+    pub waiting_for: Option<String>,
 }
 
 /// How many nodes the Ready message names per status; beyond, it says how many more (a fleet's
@@ -349,6 +351,7 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
         nodes_in_progress: i32::try_from(in_progress).unwrap_or(i32::MAX),
         complete_nodes: format!("{complete}/{total}"),
         package_list: package_list(nodewright),
+        waiting_for: input.waiting_for,
     }
 }
 

@@ -12,6 +12,8 @@
 //!   (matched_nodes, ceiling, in_progress, completed, progress_percent, and from the batch state
 //!   current_batch, consecutive_failures, should_stop, batch_completed_nodes, batch_failed_nodes,
 //!   last_batch_size, last_batch_failed — 0 without a strategy);
+//! - `nodewright_rollout_waiting_for_window{nodewright_name,policy_name}`: 1 while a closed
+//!   maintenance window holds nodes back (`status.waitingFor`);
 //! - `nodewright_reconcile_total{controller,result}`: reconciles run, by outcome.
 //!
 //! The values are computed by the pure [`samples`] from the status the rollout reconciler just
@@ -97,10 +99,12 @@ pub enum Gauges {
     RolloutLastBatchSize,
     /// `rollout_last_batch_failed`.
     RolloutLastBatchFailed,
+    /// `rollout_waiting_for_window`.
+    RolloutWaitingForWindow,
 }
 
 impl Gauges {
-    const ALL: [Gauges; 18] = [
+    const ALL: [Gauges; 19] = [
         Gauges::Status,
         Gauges::NodeStatusCount,
         Gauges::NodeTargetCount,
@@ -119,10 +123,11 @@ impl Gauges {
         Gauges::RolloutBatchFailedNodes,
         Gauges::RolloutLastBatchSize,
         Gauges::RolloutLastBatchFailed,
+        Gauges::RolloutWaitingForWindow,
     ];
 
     /// Every gauge.
-    pub fn all() -> [Gauges; 18] {
+    pub fn all() -> [Gauges; 19] {
         Self::ALL
     }
 
@@ -191,6 +196,10 @@ impl Gauges {
                 "rollout_last_batch_failed",
                 "1 when the compartment's last batch failed its threshold",
             ),
+            Gauges::RolloutWaitingForWindow => (
+                "rollout_waiting_for_window",
+                "1 while nodes wait for the DeploymentPolicy's next maintenance window",
+            ),
         }
     }
 
@@ -213,6 +222,7 @@ impl Gauges {
                 "stage",
             ],
             Gauges::PackageRestartsCount => &["nodewright_name", "package_name", "package_version"],
+            Gauges::RolloutWaitingForWindow => &["nodewright_name", "policy_name"],
             _ => &[
                 "nodewright_name",
                 "policy_name",
@@ -316,6 +326,15 @@ pub fn samples(
         .as_deref()
         .filter(|p| !p.is_empty())
         .unwrap_or(LEGACY_POLICY);
+    let waiting = status
+        .waiting_for
+        .as_deref()
+        .is_some_and(|w| w.starts_with(nodewright_shared::window::WAITING));
+    push(
+        Gauges::RolloutWaitingForWindow,
+        labels(&[("nodewright_name", name), ("policy_name", policy)]),
+        i64::from(waiting),
+    );
     for (compartment, c) in &status.compartment_statuses {
         let strategy = strategies.get(compartment).copied().unwrap_or("unknown");
         let l = labels(&[

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use nodewright_core::jobs::read::JobIndex;
@@ -42,6 +41,8 @@ use crate::metrics::nodewright_gauges::{self as state_metrics, Outcome};
 
 /// Requeue while work is in flight: a safety net, progress is driven by watch events.
 const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);
+/// The Event reason of a rollout a closed maintenance window starts holding back.
+pub const WAITING_FOR_WINDOW: &str = "WaitingForWindow";
 /// Requeue while a node drains: evicted pods going away trigger nothing the operator watches.
 const DRAIN_RECHECK: Duration = Duration::from_secs(2);
 /// Passes run at once (over distinct NodeWrights; one NodeWright never has two). Unbounded, every
@@ -254,6 +255,7 @@ async fn decide_and_act(
         tolerations,
         compartments,
         reset_batches,
+        windows,
     } = pass_parts(
         &nw,
         &all_nodewrights,
@@ -262,7 +264,7 @@ async fn decide_and_act(
         policy.as_ref(),
         &ctx.config.jobs.runtime_required_taint,
     );
-    let now = Timestamp::now();
+    let now = ctx.now();
     let input_over = |old_status| PassInput {
         nodewright: &nw,
         old_status,
@@ -276,6 +278,7 @@ async fn decide_and_act(
         disabled,
         deleting,
         now,
+        windows: &windows,
     };
     let first_status = nw.status.clone().unwrap_or_default();
     let first = pass::decide(&input_over(&first_status), &compartments);
@@ -312,6 +315,24 @@ async fn decide_and_act(
             .warn_on_nodewright(nodewright, &reason, message, None)
             .await;
     }
+    if old_status.waiting_for.is_none()
+        && let Some(waiting) = &status.waiting_for
+    {
+        ctx.events
+            .on_nodewright(
+                nodewright,
+                WAITING_FOR_WINDOW,
+                format!("No new node starts until the next maintenance window: {waiting}"),
+                None,
+            )
+            .await;
+    }
+    // While a closed window holds nodes back, wake when it opens (within the in-flight resync).
+    let window_wake = status
+        .waiting_for
+        .as_ref()
+        .and_then(|_| windows.state(now).until_open(now))
+        .map(|wait| wait.saturating_add(Duration::from_secs(1)));
     let strategies = compartments
         .iter()
         .map(|c| (c.name.clone(), batches::strategy_name(c.strategy.as_ref())))
@@ -325,6 +346,7 @@ async fn decide_and_act(
     }
     Ok(match rollup {
         _ if draining => Action::requeue(DRAIN_RECHECK),
+        _ if let Some(wait) = window_wake => Action::requeue(wait.min(IN_FLIGHT_RESYNC)),
         Some(Status::Complete) => Action::requeue(ctx.config.default_interval),
         _ => Action::requeue(IN_FLIGHT_RESYNC),
     })

@@ -114,15 +114,25 @@ pub fn spawn_operator(
     hook: Option<JobHook>,
     metrics: Option<StateMetrics>,
 ) -> Operator {
-    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
-        .expect("valid operator configuration");
-    // Operator logs go to the test's output (shown for a failing test).
-    nodewright_operator::runtime::telemetry::init(&config);
     let options = RunOptions {
         nodewright_selector: Some(selector),
         job_hook: hook,
         ..RunOptions::default()
     };
+    spawn_with_options(client, env, options, metrics)
+}
+
+/// Starts an operator configured by `env`, run with `options` (a test clock, a hook...).
+pub fn spawn_with_options(
+    client: kube::Client,
+    env: &BTreeMap<&'static str, String>,
+    options: RunOptions,
+    metrics: Option<StateMetrics>,
+) -> Operator {
+    let config = OperatorConfig::from_lookup(|var| env.get(var).cloned())
+        .expect("valid operator configuration");
+    // Operator logs go to the test's output (shown for a failing test).
+    nodewright_operator::runtime::telemetry::init(&config);
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {

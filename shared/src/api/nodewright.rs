@@ -64,6 +64,12 @@ use super::status::NodeWrightStatus;
         description = "DeploymentPolicy driving the rollout"
     ),
     printcolumn(
+        name = "Waiting For",
+        type_ = "string",
+        json_path = ".status.waitingFor",
+        description = "What holds new nodes back (a closed maintenance window)"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

@@ -69,6 +69,11 @@ pub struct NodeWrightStatus {
     /// `name:version` of every package, sorted, comma-separated.
     #[serde(default)]
     pub package_list: String,
+
+    /// What holds new nodes back while the rollout has nodes left to start, e.g. `waiting for
+    /// window (opens 2026-12-03T22:00+01:00)`; absent when nothing does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 fn is_zero(n: &i32) -> bool {
