@@ -464,3 +464,47 @@ pub async fn run(ctx: &Ctx, args: &PlanArgs) -> Result<()> {
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_shows_the_windows_and_when_the_next_opens() {
+        let waiting = "waiting for window (opens 2026-12-03T22:00+01:00)".to_owned();
+        let report = PlanReport {
+            preview: Preview {
+                nodewright: "nw".into(),
+                deployment_policy: Some("nightly".into()),
+                missing_policy: false,
+                paused: false,
+                disabled: false,
+                deleting: false,
+                not_selected: 0,
+                compartments: Vec::new(),
+                nodes: Vec::new(),
+                windows: vec!["every day 22:00-04:00 (next day) Europe/Berlin".into()],
+                waiting_for: Some(waiting.clone()),
+            },
+            operator_settings: "defaults".into(),
+            file: None,
+        };
+        let text = report.table(false);
+        assert!(
+            text.contains(
+                "Maintenance windows (new nodes start only inside one): every day 22:00-04:00 (next day) Europe/Berlin\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Closed now, waiting for window (opens 2026-12-03T22:00+01:00): nodes in progress finish"),
+            "{text}"
+        );
+        let (why, fix) = explain(&Blocker::Window { waiting }, "nw", "n0");
+        assert!(
+            why.starts_with("waiting for window (opens 2026-12-03T22:00+01:00): its DeploymentPolicy's maintenance windows are closed"),
+            "{why}"
+        );
+        assert_eq!(fix, None);
+    }
+}

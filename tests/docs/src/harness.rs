@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,8 @@ pub struct Env {
     /// Base URL of the webhook's `/metrics`.
     pub webhook_metrics: String,
     fates: Fates,
+    /// Seconds the operator's clock runs ahead of the system clock (`<!-- test: clock -->`).
+    clock_offset: Arc<AtomicI64>,
     stop: CancellationToken,
     webhook_stop: watch::Sender<bool>,
 }
@@ -318,9 +320,19 @@ impl Env {
                 let _ = axum_serve(auth_listener, authed, s2).await;
             });
         }
+        let clock_offset = Arc::new(AtomicI64::new(0));
+        let offset = clock_offset.clone();
+        let clock: nodewright_operator::Clock = Arc::new(move || {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            now.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+                offset.load(Ordering::SeqCst),
+            ))
+            .unwrap_or(now)
+        });
         let options = nodewright_operator::RunOptions {
             job_hook: Some(hook),
             readiness: Some(readiness),
+            clock: Some(clock),
             ..nodewright_operator::RunOptions::default()
         };
         let shutdown = stop.clone();
@@ -345,6 +357,7 @@ impl Env {
             operator_metrics_auth,
             webhook_metrics,
             fates,
+            clock_offset,
             stop,
             webhook_stop,
         };
@@ -520,9 +533,19 @@ impl Env {
                         .collect();
                     self.set_fate(&package, &fate, &params);
                 }
+                Step::Clock { at, line } => {
+                    match at.parse::<k8s_openapi::jiff::Timestamp>() {
+                        Ok(at) => self.set_clock(at),
+                        Err(e) => {
+                            result = Err(fail(line, format!("clock {at:?}: {e}")));
+                            break;
+                        }
+                    }
+                }
             }
         }
         self.fates.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.clock_offset.store(0, Ordering::SeqCst);
         let cleanup = self
             .shell(
                 "kubectl delete nodewrights --all --wait=true --timeout=120s >/dev/null && \
@@ -537,6 +560,13 @@ impl Env {
             ));
         }
         Ok(started.elapsed())
+    }
+
+    /// From now on the operator's clock reads `at`, and runs on from there.
+    pub fn set_clock(&self, at: k8s_openapi::jiff::Timestamp) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        self.clock_offset
+            .store(at.as_second().saturating_sub(now), Ordering::SeqCst);
     }
 
     /// From now on, the stage pods of `package` play `fate` (`none` removes it).

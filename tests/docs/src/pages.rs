@@ -10,7 +10,10 @@
 //!   stage pods of package PACKAGE play FATE on the example cluster's simulated nodes (`fail
 //!   exit-code=3`, `hang`...; tests/README.md "Pod fates"), standing for what a real package's
 //!   script would do there;
-//! - `<!-- test: setup ... -->` (multi-line, invisible): shell run before the next block.
+//! - `<!-- test: setup ... -->` (multi-line, invisible): shell run before the next block;
+//! - `<!-- test: clock 2026-12-03T12:00:00Z -->` (invisible): from here on the operator's clock reads
+//!   that instant and runs on from it (maintenance windows open and close on it); the page's end
+//!   puts it back on the system clock.
 //!
 //! Every other fenced block is for reading only.
 
@@ -38,6 +41,13 @@ pub enum Step {
         /// Patterns, one per line.
         patterns: Vec<String>,
         /// Line of the fence.
+        line: usize,
+    },
+    /// The operator's clock set to an instant.
+    Clock {
+        /// The instant (RFC 3339).
+        at: String,
+        /// Line of the directive.
         line: usize,
     },
     /// A pod fate for a package's stages.
@@ -75,6 +85,14 @@ pub fn steps(markdown: &str) -> Vec<Step> {
                     line: i + 1,
                 });
             }
+            i += 1;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("<!-- test: clock ") {
+            out.push(Step::Clock {
+                at: rest.trim_end().trim_end_matches("-->").trim().to_owned(),
+                line: i + 1,
+            });
             i += 1;
             continue;
         }
@@ -195,6 +213,11 @@ mod tests {
         assert!(matches!(&s[3], Step::Expect { patterns, .. } if patterns.len() == 2));
         assert!(matches!(&s[4], Step::Shell { code, .. } if code == "kubectl label node a x=y"));
         assert!(matches!(&s[5], Step::Apply { rejected: true, .. }));
+        let clock = steps("<!-- test: clock 2026-12-03T12:00:00Z -->\n");
+        assert!(
+            matches!(&clock[..], [Step::Clock { at, line: 1 }] if at == "2026-12-03T12:00:00Z"),
+            "{clock:?}"
+        );
     }
 
     #[test]
