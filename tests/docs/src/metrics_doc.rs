@@ -66,6 +66,53 @@ process_open_fds ...
 ```
 ";
 
+/// Appended after the tables: what a user of the upstream operator's dashboards needs.
+const UPSTREAM: &str = "
+## Coming from upstream (Skyhook) dashboards
+
+The NodeWright gauges are the upstream operator's, renamed one to one: `skyhook_<x>` is
+`nodewright_<x>` (`skyhook_status` is `nodewright_status`, `skyhook_rollout_ceiling` is
+`nodewright_rollout_ceiling`, and so on for all 14), and the label `skyhook_name` is
+`nodewright_name`. Every other label and every label value is unchanged: the statuses
+(`in_progress`...), states, stages (`post-interrupt`, `uninstall-interrupt`, with hyphens, as
+upstream emits them), `policy_name` `legacy`, `compartment_name` `__default__` and the strategies.
+Upstream's own newer releases publish the same `nodewright_*` names and `nodewright_name` label
+next to their deprecated `skyhook_*` set (NVIDIA/nodewright#462, which removes `skyhook_*` in
+upstream v0.20.0), so a dashboard already moved to those needs no change.
+
+For dashboards and alerts still on `skyhook_*`, the chart directory carries recording rules that
+record each upstream series from ours, with exactly upstream's labels:
+[`chart/files/prometheus/upstream-compat.rules.yaml`](../../chart/files/prometheus/upstream-compat.rules.yaml)
+(unit-tested with promtool). Load it into the Prometheus that scrapes the operator, either as a
+rule file:
+
+```yaml
+# prometheus.yml, with the file copied next to it
+rule_files:
+  - upstream-compat.rules.yaml
+```
+
+or, with the Prometheus Operator, as a PrometheusRule whose `spec` is the file's content (label it
+to match your Prometheus's `ruleSelector`). Then migrate the queries at leisure: replace the
+`skyhook_` prefix and the `skyhook_name` label, and drop the rules. Do not load them while an
+upstream operator is still scraped by the same Prometheus, or its `skyhook_*` series clash with
+the recorded ones.
+
+Differences that remain:
+
+- `nodewright_package_state_count` and `nodewright_package_stage_count` count every node once.
+  Upstream set both per (state, stage) pair, so when a package's nodes were at different stages
+  one pair's count overwrote another's; ours can therefore be higher, and is the true count.
+  Every state and stage value is emitted for each package version, 0 included.
+- Only the leading operator replica reports the gauges (above).
+- Series with no upstream counterpart: `nodewright_rollout_batch_completed_nodes`,
+  `nodewright_rollout_batch_failed_nodes`, `nodewright_rollout_last_batch_size`,
+  `nodewright_rollout_last_batch_failed`, `nodewright_rollout_waiting_for_window`, `nodewright_rollout_soaking`,
+  `nodewright_reconcile_total`, `nodewright_stage_*`, `nodewright_operator_*` and the webhook's.
+- The scrape target differs: point the scrape job at the NodeWright Services named at the top of
+  this page.
+";
+
 fn kind_word(kind: &str) -> &str {
     match kind {
         "counter" => "counter",
@@ -125,6 +172,7 @@ pub fn render(families: &[Family]) -> String {
             &process,
         );
     }
+    out.push_str(UPSTREAM);
     out
 }
 
