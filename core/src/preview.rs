@@ -36,6 +36,7 @@ use crate::jobs::{PackageAnnotation, RuntimeTaint};
 use crate::naming::{interrupt_job_name, package_job_name};
 use crate::node::record::{Record, apply_record};
 use crate::node::state::parse_state;
+use crate::rollout::compartments::Compartment;
 use crate::rollout::parts::{
     PassParts, annotation_on, defaulted_policy, own_jobs, pass_parts, selected_nodes,
 };
@@ -123,6 +124,12 @@ pub struct CompartmentPreview {
     pub batches: Vec<BatchPreview>,
     /// Its failed batches reached the failure threshold: nothing more starts until a reset.
     pub stopped: bool,
+    /// The strategy's soak after each batch (`10m`), when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak: Option<String>,
+    /// While its finished batch soaks: when the soak ends (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soaking_until: Option<String>,
 }
 
 /// One batch.
@@ -231,6 +238,13 @@ pub enum Blocker {
     Window {
         /// `waiting for window (opens ...)`.
         waiting: String,
+    },
+    /// Its compartment's finished batch soaks: the next batch starts when the soak ends.
+    Soak {
+        /// Compartment.
+        compartment: String,
+        /// When the soak ends (RFC 3339).
+        until: String,
     },
     /// Its compartment's rollout stopped (failed batches reached the failure threshold).
     Stopped {
@@ -360,6 +374,7 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         deleting,
         now: snapshot.now,
         windows: &parts.windows,
+        compartments: &parts.compartments,
     };
 
     // The pass as it would run now: statuses and what holds each node back.
@@ -367,8 +382,17 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
     let (now_status, now) = world.decide(&nw, old_status, &nodes, paused, disabled, 0);
     let now_input = world.input(&nw, &now_status, &nodes, paused, disabled, 0);
     // Then pass after pass, as if resumed and enabled, every stage succeeding.
+    let unsoaked: Vec<Compartment> = parts
+        .compartments
+        .iter()
+        .map(|c| Compartment {
+            strategy: c.strategy.as_ref().map(batches::without_soak),
+            ..c.clone()
+        })
+        .collect();
     let sim = World {
         windows: &ALWAYS,
+        compartments: &unsoaked,
         ..world
     }
     .simulate(&nodes);
@@ -393,7 +417,16 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
             && !row.complete
             && let Some(c) = compartment
         {
+            let soaking = now
+                .batch_states
+                .get(c)
+                .and_then(|b| b.as_ref())
+                .and_then(|b| b.soak_until.as_ref());
             blockers.push(match batch {
+                _ if let Some(until) = soaking => Blocker::Soak {
+                    compartment: c.to_owned(),
+                    until: rfc3339(until.0),
+                },
                 Some(batch) => Blocker::Batch {
                     compartment: c.to_owned(),
                     batch,
@@ -434,6 +467,17 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
             nodes: c.nodes.len(),
             batches: sim.batches.get(&c.name).cloned().unwrap_or_default(),
             stopped: sim.stopped.contains(&c.name),
+            soak: c
+                .strategy
+                .as_ref()
+                .filter(|s| batches::soak(s).is_some())
+                .and_then(|s| batches::batch_parameters(s)?.soak.clone()),
+            soaking_until: now
+                .batch_states
+                .get(&c.name)
+                .and_then(|b| b.as_ref())
+                .and_then(|b| b.soak_until.as_ref())
+                .map(|t| rfc3339(t.0)),
         })
         .collect();
     Ok(Preview {
@@ -449,6 +493,11 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         windows: parts.windows.describe(),
         waiting_for: parts.windows.waiting(snapshot.now),
     })
+}
+
+/// A time as the preview shows it: UTC, to the second.
+fn rfc3339(at: Timestamp) -> String {
+    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// A copy of `node` whose node state for `nodewright` is `state`.
@@ -495,6 +544,8 @@ struct World<'a> {
     now: Timestamp,
     /// The maintenance windows the passes decide with.
     windows: &'a Schedule,
+    /// The compartments the passes decide with (the simulation's without their soaks).
+    compartments: &'a [Compartment],
 }
 
 impl<'a> World<'a> {
@@ -542,8 +593,7 @@ impl<'a> World<'a> {
         disabled: bool,
         pass: usize,
     ) -> (NodeWrightStatus, PassDecision<'a>) {
-        let compartments: &'a [crate::rollout::compartments::Compartment] =
-            &self.parts.compartments;
+        let compartments = self.compartments;
         let (first, persisted) = {
             let input = self.input(nw, &old, nodes, paused, disabled, pass);
             let first = pass::decide(&input, compartments);
@@ -609,7 +659,7 @@ impl<'a> World<'a> {
                 };
                 results.insert(node_name.clone(), result);
             }
-            let next = pass::finish(&input, &self.parts.compartments, decision, results);
+            let next = pass::finish(&input, self.compartments, decision, results);
             // Only the nodes that ran this pass change (a copy each, once).
             for n in nodes.iter_mut() {
                 if let Some(run) = ran.get(n.name_any().as_str()).and_then(|r| sim.runs.get(r)) {
@@ -641,7 +691,7 @@ impl<'a> World<'a> {
         pass_number: usize,
     ) -> bool {
         let mut any = false;
-        for c in &self.parts.compartments {
+        for c in self.compartments {
             let new: Vec<String> = c
                 .nodes
                 .iter()
@@ -1169,6 +1219,76 @@ mod tests {
         let p = preview(&snap).expect("preview");
         assert_eq!(p.waiting_for, None);
         assert!(p.nodes[0].blockers.is_empty());
+    }
+
+    #[test]
+    fn a_soaking_batch_holds_the_next_one_and_the_plan_says_until_when() {
+        use nodewright_shared::api::{BatchState, CompartmentStatus, NodeWrightStatus};
+        let mut nw = nodewright("nw", &[("a", package(&[], None))]);
+        nw.spec.deployment_policy = Some("soaked".into());
+        // n0 finished batch 1 (its Config complete); the batch soaks until 2,000.
+        let mut done = node("n0", 0);
+        let mut state = NodeState::default();
+        state.upsert(PackageStatus {
+            name: "a".into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage: Stage::Config,
+            state: Some(State::Complete),
+            restarts: 0,
+        });
+        done.metadata.annotations = Some(BTreeMap::from([(
+            keys::node_state_key("nw"),
+            state.to_annotation(),
+        )]));
+        nw.status = Some(NodeWrightStatus {
+            compartment_statuses: BTreeMap::from([(
+                "__default__".to_owned(),
+                CompartmentStatus {
+                    batch_state: Some(BatchState {
+                        current_batch: 1,
+                        soak_until: Some(Time(Timestamp::from_second(2_000).expect("time"))),
+                        ..BatchState::default()
+                    }),
+                    ..CompartmentStatus::default()
+                },
+            )]),
+            ..NodeWrightStatus::default()
+        });
+        let mut snap = snapshot(nw, vec![done, node("n1", 1), node("n2", 2)]);
+        snap.policies = vec![DeploymentPolicy::new(
+            "soaked",
+            DeploymentPolicySpec {
+                default: PolicyDefault {
+                    budget: DeploymentBudget {
+                        count: Some(1),
+                        percent: None,
+                    },
+                    strategy: DeploymentStrategy {
+                        fixed: Some(BatchParameters {
+                            soak: Some("10m".into()),
+                            ..BatchParameters::default()
+                        }),
+                        ..DeploymentStrategy::default()
+                    },
+                },
+                ..DeploymentPolicySpec::default()
+            },
+        )];
+        let p = preview(&snap).expect("preview");
+        let c = &p.compartments[0];
+        assert_eq!(c.soak.as_deref(), Some("10m"));
+        assert_eq!(c.soaking_until.as_deref(), Some("1970-01-01T00:33:20Z"));
+        assert_eq!(
+            p.nodes[1].blockers,
+            [Blocker::Soak {
+                compartment: "__default__".into(),
+                until: "1970-01-01T00:33:20Z".into()
+            }]
+        );
+        // The simulation does not wait out the soaks: the batches that follow are shown.
+        assert_eq!(batches(&p), [(2, names(&["n1"])), (3, names(&["n2"]))]);
     }
 
     #[test]

@@ -37,6 +37,10 @@
 //!     The clock is then set to seconds before the opening: the operator wakes for it by itself and
 //!     the rollout completes, every Job created after the opening (in the apiserver's time, the
 //!     clock's offset taken off) and every node admitted at or after it (status.nodePriority).
+//! (soak) a fixed strategy with `soak: 1h`: once batch 1's node completes, its batch soaks
+//!     (`batchState.soakUntil` an hour after, `waiting for soak of batch 1 ...`, a BatchSoaking
+//!     Event) and the second node does not start; with the operator's clock moved past the soak
+//!     the batch is judged passed and the second node runs (its Jobs all created after the move).
 //! (metrics) a NodeWright's `nodewright_*` series are on `/metrics` during its rollout (held on a
 //!     hanging pod) and after it; once it is deleted (its finalizer let it go) none is left, while
 //!     another NodeWright's series stay.
@@ -1339,6 +1343,123 @@ async fn nodes_start_only_inside_a_maintenance_window() {
             job.name_any()
         );
     }
+    operator.stop().await;
+    delete_nodes(&client, &names).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_batch_starts_only_after_the_soak() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("soak").await.expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
+    create_policy(
+        &client,
+        &ns,
+        json!({
+            "default": {"budget": {"count": 1},
+                        "strategy": {"fixed": {"initialBatch": 1, "soak": "1h"}}}
+        }),
+    )
+    .await;
+    let offset = Arc::new(AtomicI64::new(0));
+    let env = operator_env(&ns, format!("operator-{ns}"), 3);
+    let operator = spawn_with_options(
+        client.clone(),
+        &env,
+        nodewright_operator::RunOptions {
+            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
+            clock: Some(offset_clock(offset.clone())),
+            ..Default::default()
+        },
+        None,
+    );
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+    // The batch state is persisted before the pass goes on (pass::batch_states_to_persist): wait
+    // for the pass's own write, which reports the node complete too.
+    let first = names[0].clone();
+    let soaking = wait_nodewright(cluster, &client, &ns, "batch 1 soaking", |nw| {
+        nw.status.as_ref().is_some_and(|s| {
+            s.node_status.get(&first) == Some(&Status::Complete)
+                && s.compartment_statuses
+                    .get(DEFAULT_COMPARTMENT)
+                    .and_then(|c| c.batch_state.as_ref())
+                    .is_some_and(|b| b.soak_until.is_some())
+        })
+    })
+    .await;
+    let status = soaking.status.clone().unwrap_or_default();
+    let state = batch_state(&soaking, DEFAULT_COMPARTMENT);
+    assert_eq!(
+        state.current_batch, 1,
+        "judged only after the soak: {state:?}"
+    );
+    assert_eq!(
+        status.node_status.get(&names[0]),
+        Some(&Status::Complete),
+        "{status:?}"
+    );
+    assert_ne!(status.node_status.get(&names[1]), Some(&Status::Complete));
+    let waiting = status.waiting_for.clone().unwrap_or_default();
+    assert!(
+        waiting.starts_with("waiting for soak of batch 1 in compartment __default__ (ends "),
+        "{waiting}"
+    );
+    support::wait_event(cluster, &client, &ns, "BatchSoaking", "NodeWright").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let on_second = |list: &[Job]| {
+        list.iter()
+            .filter(|j| node_of(j) == Some(names[1].as_str()))
+            .count()
+    };
+    let listed = jobs
+        .list(&ListParams::default())
+        .await
+        .expect("Jobs listed");
+    assert_eq!(
+        on_second(&listed.items),
+        0,
+        "the second batch started during the soak"
+    );
+
+    // Past the soak: the batch is judged and the second node runs.
+    let moved_at = Timestamp::now().as_second();
+    offset.store(3_600, Ordering::SeqCst);
+    let done = wait_nodewright(cluster, &client, &ns, "complete", |nw| {
+        status_is(nw, Status::Complete)
+    })
+    .await;
+    let listed = jobs
+        .list(&ListParams::default())
+        .await
+        .expect("Jobs listed");
+    assert!(on_second(&listed.items) > 0);
+    for job in listed
+        .items
+        .iter()
+        .filter(|j| node_of(j) == Some(names[1].as_str()))
+    {
+        let at = created(job).expect("created").as_second();
+        assert!(
+            at >= moved_at,
+            "Job {} created at {at}, before the soak ended (clock moved at {moved_at})",
+            job.name_any()
+        );
+    }
+    assert_eq!(done.status.and_then(|s| s.waiting_for), None);
     operator.stop().await;
     delete_nodes(&client, &names).await;
 }

@@ -123,6 +123,14 @@ impl WindowState {
         }
     }
 
+    /// The next opening, when closed.
+    pub fn opens(&self) -> Option<&Zoned> {
+        match self {
+            WindowState::Closed { opens } => opens.as_ref(),
+            _ => None,
+        }
+    }
+
     /// How long until the next opening (for a requeue), when closed.
     pub fn until_open(&self, now: Timestamp) -> Option<std::time::Duration> {
         match self {

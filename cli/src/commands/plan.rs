@@ -103,6 +103,12 @@ pub fn explain(b: &Blocker, nodewright: &str, node: &str) -> (String, Option<Str
             ),
             None,
         ),
+        Blocker::Soak { compartment, until } => (
+            format!(
+                "the last batch of compartment {compartment} soaks until {until}: the next batch starts once it is over and the batch passed"
+            ),
+            None,
+        ),
         Blocker::Stopped { compartment } => (
             format!(
                 "the rollout of compartment {compartment} stopped: its failed batches reached the failure threshold"
@@ -256,9 +262,16 @@ impl Render for PlanReport {
                 })
                 .collect::<Vec<_>>()
                 .join(" | ");
+            let strategy = match (&c.soak, &c.soaking_until) {
+                (Some(soak), Some(until)) => {
+                    format!("{}, soak {soak} (soaking until {until})", c.strategy)
+                }
+                (Some(soak), None) => format!("{}, soak {soak}", c.strategy),
+                _ => c.strategy.to_owned(),
+            };
             t.row(vec![
                 c.name.clone(),
-                c.strategy.to_owned(),
+                strategy,
                 c.ceiling.to_string(),
                 c.nodes.to_string(),
                 format!(

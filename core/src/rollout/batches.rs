@@ -14,9 +14,17 @@
 //! rollout and the failure threshold was rarely reached; here it ends the node's part of the batch as
 //! a failure. A node that is erroring but still has attempts left is still in flight: it may recover.
 //!
+//! With a `soak`, a batch that ended is judged only once it has soaked: its end starts the soak
+//! (`soakUntil`, persisted like every batch-state change), and until then nothing new starts. A node
+//! of the batch that goes erroring meanwhile is in flight again, which keeps the batch open; it ends
+//! as the batch's failure if its stage times out.
+//!
 //! Everything here is pure, so it is computed identically on every pass and tested exhaustively.
 
-use nodewright_shared::api::{BatchState, DeploymentStrategy, NodeWright};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use nodewright_shared::api::{BatchParameters, BatchState, DeploymentStrategy, NodeWright};
+use nodewright_shared::duration::GoDuration;
 
 use super::budget::Slot;
 
@@ -50,6 +58,44 @@ enum Growth {
     Fixed,
     Linear(i64),
     Exponential(i64),
+}
+
+/// The longest `soak` admission accepts (a week).
+pub const MAX_SOAK: SignedDuration = SignedDuration::from_hours(168);
+
+/// The parameters every strategy has (`None`: no strategy set).
+pub fn batch_parameters(strategy: &DeploymentStrategy) -> Option<&BatchParameters> {
+    strategy
+        .linear
+        .as_ref()
+        .map(|l| &l.batch)
+        .or_else(|| strategy.exponential.as_ref().map(|e| &e.batch))
+        .or(strategy.fixed.as_ref())
+}
+
+/// The strategy's soak (`None`: unset, zero, or unreadable, which admission refuses).
+pub fn soak(strategy: &DeploymentStrategy) -> Option<SignedDuration> {
+    let text = batch_parameters(strategy)?.soak.as_deref()?;
+    let nanos = GoDuration::parse(text).ok()?.to_std()?;
+    let soak = SignedDuration::try_from(nanos).ok()?.min(MAX_SOAK);
+    (!soak.is_zero()).then_some(soak)
+}
+
+/// The strategy without its soak (the preview's simulation: a soak delays the batches, it does not
+/// change them).
+pub fn without_soak(strategy: &DeploymentStrategy) -> DeploymentStrategy {
+    let mut s = strategy.clone();
+    for b in [
+        s.fixed.as_mut(),
+        s.linear.as_mut().map(|l| &mut l.batch),
+        s.exponential.as_mut().map(|e| &mut e.batch),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        b.soak = None;
+    }
+    s
 }
 
 /// A strategy's parameters with defaults applied and clamped to their documented ranges (objects can
@@ -212,6 +258,35 @@ pub fn evaluate(
     next
 }
 
+/// Concludes a batch that is over (no node in flight) at `now`: with a soak, its end starts the soak
+/// and it is evaluated ([`evaluate`]) only once the soak is over; without, at once. A state whose
+/// soak runs is returned unchanged.
+fn conclude(
+    strategy: &DeploymentStrategy,
+    state: &BatchState,
+    complete: usize,
+    failed: usize,
+    total: usize,
+    now: Timestamp,
+) -> BatchState {
+    let moved = to_i64(complete) > i64::from(state.completed_nodes)
+        || to_i64(failed) > i64::from(state.failed_nodes);
+    if let Some(soak) = soak(strategy).filter(|_| moved) {
+        match &state.soak_until {
+            None => {
+                let mut next = state.clone();
+                next.soak_until = Some(Time(now.checked_add(soak).unwrap_or(now)));
+                return next;
+            }
+            Some(until) if now < until.0 => return state.clone(),
+            Some(_) => {}
+        }
+    }
+    let mut next = evaluate(strategy, state, complete, failed, total);
+    next.soak_until = None;
+    next
+}
+
 /// What a strategy compartment does this pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchDecision<'a> {
@@ -232,12 +307,32 @@ pub struct BatchDecision<'a> {
 /// pass), and only a pass that finds it persisted starts the next batch. Otherwise a batch could start
 /// while its evaluation's status write is lost, and the next pass, seeing the new batch in flight,
 /// would never evaluate the previous one.
+#[cfg(test)]
 pub fn step<'a>(
     strategy: &DeploymentStrategy,
     previous: Option<&BatchState>,
     slots: &[Slot<'a>],
     ceiling: usize,
     may_start: bool,
+) -> BatchDecision<'a> {
+    step_at(
+        strategy,
+        previous,
+        slots,
+        ceiling,
+        may_start,
+        Timestamp::UNIX_EPOCH,
+    )
+}
+
+/// [`step`] at the pass's clock `now` (a soaking batch starts nothing new until its soak is over).
+pub fn step_at<'a>(
+    strategy: &DeploymentStrategy,
+    previous: Option<&BatchState>,
+    slots: &[Slot<'a>],
+    ceiling: usize,
+    may_start: bool,
+    now: Timestamp,
 ) -> BatchDecision<'a> {
     let Counts {
         complete,
@@ -256,8 +351,8 @@ pub fn step<'a>(
     if in_flight > 0 {
         return BatchDecision { admit, state };
     }
-    state = evaluate(strategy, &state, complete, failed, slots.len());
-    if !may_start || state.should_stop || persisted != Some(&state) {
+    state = conclude(strategy, &state, complete, failed, slots.len(), now);
+    if !may_start || state.should_stop || state.soak_until.is_some() || persisted != Some(&state) {
         return BatchDecision { admit, state };
     }
     let size = batch_size(strategy, &state, slots.len()).min(ceiling);
@@ -295,7 +390,18 @@ fn counts(slots: &[Slot<'_>]) -> Counts {
 /// completed during it): a batch that ended during the pass is evaluated in the same status write
 /// that reports its nodes complete, so a NodeWright never reads `complete` with its last batch
 /// unaccounted. Evaluating twice is harmless: an evaluated batch moved the checkpoints.
+#[cfg(test)]
 pub fn settle(strategy: &DeploymentStrategy, state: &BatchState, slots: &[Slot<'_>]) -> BatchState {
+    settle_at(strategy, state, slots, Timestamp::UNIX_EPOCH)
+}
+
+/// [`settle`] at the pass's clock `now`: a batch that ended during the pass starts its soak.
+pub fn settle_at(
+    strategy: &DeploymentStrategy,
+    state: &BatchState,
+    slots: &[Slot<'_>],
+    now: Timestamp,
+) -> BatchState {
     let Counts {
         complete,
         failed,
@@ -304,7 +410,7 @@ pub fn settle(strategy: &DeploymentStrategy, state: &BatchState, slots: &[Slot<'
     if in_flight > 0 {
         return state.clone();
     }
-    evaluate(strategy, state, complete, failed, slots.len())
+    conclude(strategy, state, complete, failed, slots.len(), now)
 }
 
 /// The policy-level reset setting of a legacy `interruptionBudget` rollout (no policy): off, as
@@ -394,6 +500,85 @@ mod tests {
             last_batch_failed: failed,
             ..BatchState::default()
         }
+    }
+
+    #[test]
+    fn a_finished_batch_soaks_before_it_is_judged_and_the_next_starts() {
+        let strategy = DeploymentStrategy {
+            fixed: Some(BatchParameters {
+                initial_batch: Some(1),
+                soak: Some("10m".into()),
+                ..BatchParameters::default()
+            }),
+            ..DeploymentStrategy::default()
+        };
+        assert_eq!(soak(&strategy), Some(SignedDuration::from_mins(10)));
+        let at = |s: i64| Timestamp::from_second(s).expect("time");
+        let persisted = BatchState {
+            current_batch: 1,
+            ..BatchState::default()
+        };
+        // Batch 1 (a) just completed: the soak starts, nothing new starts, nothing is judged yet.
+        let slots = [slot("a", true, true, false), slot("b", false, false, false)];
+        let d = step_at(&strategy, Some(&persisted), &slots, 5, true, at(1_000));
+        assert_eq!(d.admit, Vec::<&str>::new());
+        assert_eq!(d.state.soak_until, Some(Time(at(1_600))));
+        assert_eq!((d.state.current_batch, d.state.completed_nodes), (1, 0));
+        // The same at the end of the pass that completed it.
+        assert_eq!(settle_at(&strategy, &persisted, &slots, at(1_000)), d.state);
+        // Persisted and still soaking: unchanged, b waits.
+        let soaking = d.state.clone();
+        let d = step_at(&strategy, Some(&soaking), &slots, 5, true, at(1_599));
+        assert_eq!((d.admit.len(), &d.state), (0, &soaking));
+        // a goes erroring during the soak: in flight again, the batch stays open.
+        let relapsed = [
+            slot("a", true, false, false),
+            slot("b", false, false, false),
+        ];
+        let d = step_at(&strategy, Some(&soaking), &relapsed, 5, true, at(1_700));
+        assert_eq!((d.admit, &d.state), (vec!["a"], &soaking));
+        // ...and times out: once over, the batch is judged failed.
+        let failed = [slot("a", true, false, true), slot("b", false, false, false)];
+        let d = step_at(&strategy, Some(&soaking), &failed, 5, true, at(1_800));
+        assert_eq!(d.state.soak_until, None);
+        assert!(d.state.last_batch_failed && d.state.current_batch == 2);
+        // Healthy through the soak instead: judged passed once it is over, then b starts.
+        let d = step_at(&strategy, Some(&soaking), &slots, 5, true, at(1_600));
+        assert_eq!(d.state.soak_until, None);
+        assert!(!d.state.last_batch_failed && d.state.current_batch == 2);
+        assert_eq!(
+            d.admit,
+            Vec::<&str>::new(),
+            "the judged state is persisted first"
+        );
+        let d = step_at(
+            &strategy,
+            Some(&d.state.clone()),
+            &slots,
+            5,
+            true,
+            at(1_601),
+        );
+        assert_eq!(d.admit, vec!["b"]);
+    }
+
+    #[test]
+    fn soak_reads_go_durations_and_ignores_zero() {
+        let with = |text: &str| DeploymentStrategy {
+            linear: Some(LinearStrategy {
+                batch: BatchParameters {
+                    soak: Some(text.into()),
+                    ..BatchParameters::default()
+                },
+                delta: None,
+            }),
+            ..DeploymentStrategy::default()
+        };
+        assert_eq!(soak(&with("1h30m")), Some(SignedDuration::from_mins(90)));
+        assert_eq!(soak(&with("0")), None);
+        assert_eq!(soak(&with("nonsense")), None);
+        assert_eq!(soak(&with("9999h")), Some(MAX_SOAK));
+        assert_eq!(soak(&fixed(1)), None);
     }
 
     #[test]

@@ -49,6 +49,7 @@ fn legacy_strategy(batch: usize) -> DeploymentStrategy {
             batch_threshold: Some(100),
             failure_threshold: None,
             safety_limit: Some(50),
+            soak: None,
         }),
         ..DeploymentStrategy::default()
     }

@@ -103,8 +103,11 @@ pub struct PassDecision<'c> {
     pub node_priority: BTreeMap<String, Time>,
     /// `status.nodeOrderOffset`.
     pub node_order_offset: i32,
-    /// `status.waitingFor`: a closed maintenance window holds back nodes that would start.
+    /// `status.waitingFor`: a closed maintenance window or a soaking batch holds back nodes that
+    /// would start.
     pub waiting_for: Option<String>,
+    /// When what holds them back ends (the window opens, the soak is over): the pass's wake-up.
+    pub wake_at: Option<Timestamp>,
 }
 
 impl PassDecision<'_> {
@@ -214,8 +217,10 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
     let fresh_batches = input.reset_batches && batches::versions_changed(&old.package_list, nw);
     let may_start = !input.paused && !input.disabled && !input.missing_policy;
     // Outside every maintenance window the admitted nodes go on and no new one is admitted.
-    let window_open = input.windows.state(input.now).is_open();
+    let window = input.windows.state(input.now);
+    let window_open = window.is_open();
     let mut held_by_window = false;
+    let mut soaking: Vec<(String, i32, Timestamp)> = Vec::new();
     let mut active: BTreeSet<String> = BTreeSet::new();
     let mut batch_states = BTreeMap::new();
     let mut all_slots = Vec::new();
@@ -241,15 +246,23 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
                 .get(&c.name)
                 .and_then(|s| s.batch_state.as_ref())
                 .filter(|_| !fresh_batches);
-            let step = batches::step(
+            let step = batches::step_at(
                 strategy,
                 previous,
                 &slots,
                 c.ceiling,
                 may_start && window_open,
+                input.now,
             );
             if step.state.should_stop && !previous.is_some_and(|p| p.should_stop) {
                 newly_stopped.push(c.name.clone());
+            }
+            if let Some(until) = &step.state.soak_until
+                && slots
+                    .iter()
+                    .any(|s| !s.admitted && !s.complete && !s.blocked)
+            {
+                soaking.push((c.name.clone(), step.state.current_batch, until.0));
             }
             batch_state = Some(step.state);
             if may_start {
@@ -294,11 +307,37 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
         newly_stopped,
         node_priority,
         node_order_offset: offset,
-        waiting_for: held_by_window
-            .then(|| input.windows.waiting(input.now))
-            .flatten(),
+        waiting_for: waiting_for(input, held_by_window, &soaking),
+        wake_at: held_by_window
+            .then(|| window.opens().map(|z| z.timestamp()))
+            .flatten()
+            .into_iter()
+            .chain(soaking.iter().map(|(_, _, until)| *until))
+            .min(),
     }
 }
+
+/// `status.waitingFor`: the closed window, then each soaking compartment's batch.
+fn waiting_for(
+    input: &PassInput<'_>,
+    held_by_window: bool,
+    soaking: &[(String, i32, Timestamp)],
+) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    if held_by_window && let Some(w) = input.windows.waiting(input.now) {
+        parts.push(w);
+    }
+    for (compartment, batch, until) in soaking {
+        parts.push(format!(
+            "{SOAK_WAITING} of batch {batch} in compartment {compartment} (ends {})",
+            until.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// How `status.waitingFor` names a soaking batch (the metric reads the batch state instead).
+pub const SOAK_WAITING: &str = "waiting for soak";
 
 /// The status to write before acting, when this pass's batch evaluation changed a compartment's
 /// batch state: a new batch starts only from a persisted state ([`batches::step`], so a crash can
@@ -377,7 +416,7 @@ pub fn finish(
                 ..s.clone()
             })
             .collect();
-        *state = batches::settle(strategy, state, &after);
+        *state = batches::settle_at(strategy, state, &after, input.now);
     }
     let compartment_statuses = compartments
         .iter()

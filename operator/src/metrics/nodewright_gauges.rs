@@ -11,7 +11,7 @@
 //! - `nodewright_rollout_*{nodewright_name,policy_name,compartment_name,strategy}`: per compartment
 //!   (matched_nodes, ceiling, in_progress, completed, progress_percent, and from the batch state
 //!   current_batch, consecutive_failures, should_stop, batch_completed_nodes, batch_failed_nodes,
-//!   last_batch_size, last_batch_failed — 0 without a strategy);
+//!   last_batch_size, last_batch_failed, soaking — 0 without a strategy);
 //! - `nodewright_rollout_waiting_for_window{nodewright_name,policy_name}`: 1 while a closed
 //!   maintenance window holds nodes back (`status.waitingFor`);
 //! - `nodewright_reconcile_total{controller,result}`: reconciles run, by outcome.
@@ -101,10 +101,12 @@ pub enum Gauges {
     RolloutLastBatchFailed,
     /// `rollout_waiting_for_window`.
     RolloutWaitingForWindow,
+    /// `rollout_soaking`.
+    RolloutSoaking,
 }
 
 impl Gauges {
-    const ALL: [Gauges; 19] = [
+    const ALL: [Gauges; 20] = [
         Gauges::Status,
         Gauges::NodeStatusCount,
         Gauges::NodeTargetCount,
@@ -124,10 +126,11 @@ impl Gauges {
         Gauges::RolloutLastBatchSize,
         Gauges::RolloutLastBatchFailed,
         Gauges::RolloutWaitingForWindow,
+        Gauges::RolloutSoaking,
     ];
 
     /// Every gauge.
-    pub fn all() -> [Gauges; 19] {
+    pub fn all() -> [Gauges; 20] {
         Self::ALL
     }
 
@@ -199,6 +202,10 @@ impl Gauges {
             Gauges::RolloutWaitingForWindow => (
                 "rollout_waiting_for_window",
                 "1 while nodes wait for the DeploymentPolicy's next maintenance window",
+            ),
+            Gauges::RolloutSoaking => (
+                "rollout_soaking",
+                "1 while the compartment's finished batch soaks before the next starts",
             ),
         }
     }
@@ -362,6 +369,10 @@ pub fn samples(
             (
                 Gauges::RolloutLastBatchFailed,
                 i32::from(batch.last_batch_failed),
+            ),
+            (
+                Gauges::RolloutSoaking,
+                i32::from(batch.soak_until.is_some()),
             ),
         ] {
             push(gauge, l.clone(), i64::from(value));

@@ -43,6 +43,8 @@ use crate::metrics::nodewright_gauges::{self as state_metrics, Outcome};
 const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);
 /// The Event reason of a rollout a closed maintenance window starts holding back.
 pub const WAITING_FOR_WINDOW: &str = "WaitingForWindow";
+/// The Event reason of a finished batch that starts its soak.
+pub const BATCH_SOAKING: &str = "BatchSoaking";
 /// Requeue while a node drains: evicted pods going away trigger nothing the operator watches.
 const DRAIN_RECHECK: Duration = Duration::from_secs(2);
 /// Passes run at once (over distinct NodeWrights; one NodeWright never has two). Unbounded, every
@@ -309,14 +311,21 @@ async fn decide_and_act(
     let acted = acts::act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
     let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
 
+    let wake_at = decision.wake_at;
     let status = pass::finish(&input, &compartments, decision, results);
     if let Some((reason, message)) = newly_true(old_status, &status, uninstall::DELETION_BLOCKED) {
         ctx.events
             .warn_on_nodewright(nodewright, &reason, message, None)
             .await;
     }
-    if old_status.waiting_for.is_none()
-        && let Some(waiting) = &status.waiting_for
+    if let Some(waiting) = status
+        .waiting_for
+        .as_ref()
+        .filter(|w| w.starts_with(nodewright_shared::window::WAITING))
+        && !first_status
+            .waiting_for
+            .as_ref()
+            .is_some_and(|w| w.starts_with(nodewright_shared::window::WAITING))
     {
         ctx.events
             .on_nodewright(
@@ -327,12 +336,33 @@ async fn decide_and_act(
             )
             .await;
     }
-    // While a closed window holds nodes back, wake when it opens (within the in-flight resync).
-    let window_wake = status
-        .waiting_for
-        .as_ref()
-        .and_then(|_| windows.state(now).until_open(now))
-        .map(|wait| wait.saturating_add(Duration::from_secs(1)));
+    for (compartment, c) in &status.compartment_statuses {
+        let until = c.batch_state.as_ref().and_then(|b| b.soak_until.as_ref());
+        let before = first_status
+            .compartment_statuses
+            .get(compartment)
+            .and_then(|o| o.batch_state.as_ref())
+            .and_then(|b| b.soak_until.as_ref());
+        if let Some(until) = until.filter(|_| before.is_none()) {
+            ctx.events
+                .on_nodewright(
+                    nodewright,
+                    BATCH_SOAKING,
+                    format!(
+                        "A batch of compartment {compartment} finished; it soaks until {} before it is judged and the next batch starts",
+                        until.0.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    ),
+                    None,
+                )
+                .await;
+        }
+    }
+    // While a closed window or a soak holds nodes back, wake when it ends (within the in-flight
+    // resync).
+    let window_wake = wake_at.map(|at| {
+        let wait = u64::try_from(at.as_second().saturating_sub(now.as_second())).unwrap_or(0);
+        Duration::from_secs(wait.saturating_add(1))
+    });
     let strategies = compartments
         .iter()
         .map(|c| (c.name.clone(), batches::strategy_name(c.strategy.as_ref())))

@@ -139,6 +139,13 @@ pub struct BatchParameters {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub safety_limit: Option<i32>,
+    /// How long the nodes of a finished batch must stay healthy before the batch is judged and the
+    /// next one starts (a Go duration, e.g. `10m`; at most 168h). A node of the batch that goes
+    /// erroring meanwhile keeps the batch open and counts as its failure if it does not recover.
+    /// Unset or `0`: the next batch starts at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub soak: Option<String>,
 }
 
 /// Linear strategy.

@@ -185,6 +185,10 @@ pub struct BatchState {
     /// Whether the last batch failed its threshold.
     #[serde(default)]
     pub last_batch_failed: bool,
+    /// While the batch that just finished soaks (the strategy's `soak`): when it is judged and
+    /// the next batch may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak_until: Option<Time>,
 }
 
 #[cfg(test)]

@@ -533,15 +533,13 @@ impl Env {
                         .collect();
                     self.set_fate(&package, &fate, &params);
                 }
-                Step::Clock { at, line } => {
-                    match at.parse::<k8s_openapi::jiff::Timestamp>() {
-                        Ok(at) => self.set_clock(at),
-                        Err(e) => {
-                            result = Err(fail(line, format!("clock {at:?}: {e}")));
-                            break;
-                        }
+                Step::Clock { at, line } => match at.parse::<k8s_openapi::jiff::Timestamp>() {
+                    Ok(at) => self.set_clock(at),
+                    Err(e) => {
+                        result = Err(fail(line, format!("clock {at:?}: {e}")));
+                        break;
                     }
-                }
+                },
             }
         }
         self.fates.lock().unwrap_or_else(|e| e.into_inner()).clear();

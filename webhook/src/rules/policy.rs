@@ -10,6 +10,7 @@ use nodewright_shared::api::{
     BatchParameters, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy, DeploymentStrategy,
 };
 
+use nodewright_shared::duration::GoDuration;
 use nodewright_shared::window;
 
 use super::cluster::ClusterView;
@@ -224,6 +225,27 @@ fn check_batch(p: &BatchParameters, path: &str, what: &str, f: &mut Findings) {
         "safetyLimit",
         f,
     );
+    if let Some(text) = &p.soak {
+        check_soak(text, &child(path, "soak"), what, f);
+    }
+}
+
+/// A Go duration from 0 to a week ([`nodewright_core`]'s `MAX_SOAK`, restated: the webhook does
+/// not depend on the planner).
+fn check_soak(text: &str, path: &str, what: &str, f: &mut Findings) {
+    const MAX_SOAK_HOURS: i64 = 168;
+    match GoDuration::parse(text) {
+        Err(e) => f.error(path, format!("{what}: soak: {e}")),
+        Ok(d) if d.is_negative() => f.error(
+            path,
+            format!("{what}: soak {text:?} is negative: use a duration from 0 to {MAX_SOAK_HOURS}h, e.g. \"10m\""),
+        ),
+        Ok(d) if d.to_std().is_some_and(|d| d.as_secs() > MAX_SOAK_HOURS as u64 * 3600) => f.error(
+            path,
+            format!("{what}: soak {text:?} is longer than {MAX_SOAK_HOURS}h: a batch soaks at most a week"),
+        ),
+        Ok(_) => {}
+    }
 }
 
 fn at_least(value: Option<i32>, min: i32, path: &str, what: &str, field: &str, f: &mut Findings) {
@@ -329,6 +351,26 @@ mod tests {
     }
 
     #[test]
+    fn a_soak_is_a_go_duration_up_to_a_week() {
+        let with = |soak: &str| {
+            let mut p = policy(vec![]);
+            if let Some(b) = p.spec.default.strategy.fixed.as_mut() {
+                b.soak = Some(soak.to_owned());
+            }
+            lines(&p)
+        };
+        assert!(with("10m").is_empty() && with("0").is_empty() && with("168h").is_empty());
+        assert_eq!(
+            with("10 minutes"),
+            [
+                "spec.default.strategy.fixed.soak: default strategy: soak: unknown unit \" minutes\" in duration \"10 minutes\": use one of ns, us, ms, s, m, h"
+            ]
+        );
+        assert!(with("-5m")[0].contains("soak \"-5m\" is negative: use a duration from 0 to 168h"));
+        assert!(with("169h")[0].contains("soak \"169h\" is longer than 168h"));
+    }
+
+    #[test]
     fn bad_windows_are_refused_naming_the_field() {
         use nodewright_shared::api::{MaintenanceWindow, Weekday};
         let mut p = policy(vec![]);
@@ -390,6 +432,7 @@ mod tests {
                     batch_threshold: Some(100),
                     failure_threshold: Some(1),
                     safety_limit: Some(1),
+                    soak: None,
                 },
             }),
             ..DeploymentStrategy::default()
