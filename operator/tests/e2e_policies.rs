@@ -1234,6 +1234,41 @@ async fn a_deleted_nodewrights_metric_series_are_removed() {
     delete_nodes(&client, &names).await;
 }
 
+/// Starts the test's operator on a clock `offset` seconds ahead of the system's, and the NodeWright
+/// `ns` (package `tool` on `names`, under the DeploymentPolicy `ns`).
+async fn start_clocked(
+    client: &kube::Client,
+    ns: &str,
+    names: &[String],
+    offset: Arc<std::sync::atomic::AtomicI64>,
+) -> Operator {
+    let env = operator_env(ns, format!("operator-{ns}"), 3);
+    let operator = spawn_with_options(
+        client.clone(),
+        &env,
+        nodewright_operator::RunOptions {
+            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
+            clock: Some(offset_clock(offset)),
+            ..Default::default()
+        },
+        None,
+    );
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        client,
+        ns,
+        ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.to_owned()),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+    operator
+}
+
 /// A clock `offset` seconds ahead of the system clock, changed by the test as it goes.
 fn offset_clock(offset: Arc<std::sync::atomic::AtomicI64>) -> nodewright_operator::Clock {
     Arc::new(move || {
@@ -1266,30 +1301,7 @@ async fn nodes_start_only_inside_a_maintenance_window() {
     let offset = Arc::new(AtomicI64::new(
         closed.as_second() - Timestamp::now().as_second(),
     ));
-    let env = operator_env(&ns, format!("operator-{ns}"), 3);
-    let operator = spawn_with_options(
-        client.clone(),
-        &env,
-        nodewright_operator::RunOptions {
-            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
-            clock: Some(offset_clock(offset.clone())),
-            ..Default::default()
-        },
-        None,
-    );
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodewright(
-        &client,
-        &ns,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            deployment_policy: Some(ns.clone()),
-            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
-            ..Default::default()
-        },
-    )
-    .await;
+    let operator = start_clocked(&client, &ns, &names, offset.clone()).await;
     let waiting = "waiting for window (opens 2026-12-03T22:00+01:00)";
     let held = wait_nodewright(cluster, &client, &ns, waiting, |nw| {
         nw.status
@@ -1364,30 +1376,7 @@ async fn the_next_batch_starts_only_after_the_soak() {
     )
     .await;
     let offset = Arc::new(AtomicI64::new(0));
-    let env = operator_env(&ns, format!("operator-{ns}"), 3);
-    let operator = spawn_with_options(
-        client.clone(),
-        &env,
-        nodewright_operator::RunOptions {
-            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
-            clock: Some(offset_clock(offset.clone())),
-            ..Default::default()
-        },
-        None,
-    );
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodewright(
-        &client,
-        &ns,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            deployment_policy: Some(ns.clone()),
-            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
-            ..Default::default()
-        },
-    )
-    .await;
+    let operator = start_clocked(&client, &ns, &names, offset.clone()).await;
     // The batch state is persisted before the pass goes on (pass::batch_states_to_persist): wait
     // for the pass's own write, which reports the node complete too.
     let first = names[0].clone();

@@ -2,7 +2,7 @@
 //! tests/controlplane/build.sh, promtool from tests/prometheus/build.sh (building them the first
 //! time, printing the build's progress).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Runs `script [args]` (progress to stderr) and returns the directory its last stdout line names.
@@ -84,4 +84,26 @@ pub fn rendered_rules(args: &[&str]) -> Result<serde_json::Value, String> {
         .find(|d| d["kind"] == "PrometheusRule")
         .map(|d| serde_json::json!({"groups": d["spec"]["groups"]}))
         .ok_or_else(|| "no PrometheusRule rendered".to_owned())
+}
+
+/// Runs promtool (built by tests/prometheus/build.sh) with each of `runs` in `dir`; the first
+/// failure is returned with promtool's output.
+pub fn promtool_in(dir: &Path, runs: &[&[&str]]) -> Result<(), String> {
+    let promtool = prometheus_bin(false)?.join("promtool");
+    for args in runs {
+        let out = Command::new(&promtool)
+            .args(*args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| format!("running {}: {e}", promtool.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "promtool {}:\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    Ok(())
 }

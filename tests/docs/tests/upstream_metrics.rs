@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::Command;
 
 /// Path of the rule file, from the repository root.
 const RULES: &str = "chart/files/prometheus/upstream-compat.rules.yaml";
@@ -75,29 +74,18 @@ fn rules() -> Vec<(String, String)> {
 
 #[test]
 fn the_upstream_compat_rules_pass_promtool_and_their_unit_tests() {
-    let bin = nodewright_docs::tools::prometheus_bin(false).unwrap_or_else(|e| panic!("{e}"));
-    let promtool = bin.join("promtool");
     let dir = tempfile::tempdir().expect("tempdir");
     // The test file's `rule_files:` names the rule file by its base name, next to it.
     std::fs::copy(path(RULES), dir.path().join("upstream-compat.rules.yaml")).expect("copy rules");
     std::fs::copy(path(TESTS), dir.path().join("upstream-compat.test.yaml")).expect("copy tests");
-    for args in [
-        ["check", "rules", "upstream-compat.rules.yaml"],
-        ["test", "rules", "upstream-compat.test.yaml"],
-    ] {
-        let out = Command::new(&promtool)
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .expect("promtool runs");
-        assert!(
-            out.status.success(),
-            "promtool {}:\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    nodewright_docs::tools::promtool_in(
+        dir.path(),
+        &[
+            &["check", "rules", "upstream-compat.rules.yaml"],
+            &["test", "rules", "upstream-compat.test.yaml"],
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
