@@ -394,6 +394,70 @@ nodes (e.g. after repairing a node).",
     /// Remove the ignore label from the matching nodes.
     #[command(after_help = "Examples:\n  kubectl nodewright node unignore node-7")]
     Unignore(NodePatterns),
+    /// Set one package's record on one node to a stage and state (a surgical repair).
+    #[command(
+        long_about = "Write the record of one package (its current version) in a node's state for \
+a NodeWright: its stage and state, attempts reset to 0. Creates the record when there is none. For \
+repairs: mark a package done by hand (--state complete) after fixing a node, or send it back to a \
+stage. The operator takes the record as written on its next pass.",
+        after_help = "Examples:\n  kubectl nodewright node update-state node-7 --nodewright gpu-setup --package driver --stage config --state complete\n  kubectl nodewright node update-state node-7 --nodewright gpu-setup --package driver --stage apply --state in_progress -y"
+    )]
+    UpdateState(NodeUpdateStateArgs),
+}
+
+/// `node update-state`.
+#[derive(Debug, Args)]
+pub struct NodeUpdateStateArgs {
+    /// The node.
+    pub node: String,
+    /// The NodeWright whose record it is.
+    #[arg(long, required = true, value_name = "NAME")]
+    pub nodewright: String,
+    /// The package.
+    #[arg(long, required = true, value_name = "NAME")]
+    pub package: String,
+    /// The stage to record.
+    #[arg(long, required = true, value_enum)]
+    pub stage: RecordStage,
+    /// The state to record.
+    #[arg(long, required = true, value_enum)]
+    pub state: RecordState,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// The stages `node update-state` can record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecordStage {
+    /// apply
+    Apply,
+    /// config
+    Config,
+    /// interrupt (packages with an interrupt)
+    Interrupt,
+    /// post-interrupt (packages with an interrupt)
+    PostInterrupt,
+    /// upgrade
+    Upgrade,
+    /// uninstall
+    Uninstall,
+}
+
+/// The states `node update-state` can record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecordState {
+    /// The stage is done.
+    Complete,
+    /// The stage runs (again).
+    #[value(name = "in_progress")]
+    InProgress,
+    /// The stage failed.
+    Erroring,
+    /// The stage was skipped.
+    Skipped,
+    /// Not started.
+    Unknown,
 }
 
 /// `node list`.
@@ -452,6 +516,15 @@ a timed-out stage is cleared once its cause is fixed.",
         after_help = "Examples:\n  kubectl nodewright package rerun driver --nodewright gpu-setup --node node-7\n  kubectl nodewright package rerun driver --nodewright gpu-setup --node 'gpu-.*' --stage config -y"
     )]
     Rerun(PackageRerunArgs),
+    /// Forget a package's record on the matching nodes, so it runs again from `apply` (upstream's
+    /// `package reset`).
+    #[command(
+        long_about = "Remove the record of a package (its current version) from the node state of \
+the nodes matching --node (every node that has one, without --node): the package runs again from \
+`apply` there when the rollout reaches the node. The same as `package rerun` without --stage.",
+        after_help = "Examples:\n  kubectl nodewright package reset driver --nodewright gpu-setup --node node-7\n  kubectl nodewright package reset driver --nodewright gpu-setup -y"
+    )]
+    Reset(PackageResetArgs),
     /// Print a package's stage logs (retained attempt pods, or the last-logs snapshot).
     #[command(
         long_about = "Print the logs of a package's stages: from the pods its stage Jobs kept (the \
@@ -490,6 +563,22 @@ pub struct PackageRerunArgs {
     /// Run again from this stage instead of from the start.
     #[arg(long, value_enum)]
     pub stage: Option<RerunStage>,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
+}
+
+/// `package reset`.
+#[derive(Debug, Args)]
+pub struct PackageResetArgs {
+    /// The package.
+    pub package: String,
+    /// Its NodeWright.
+    #[arg(long, required = true, value_name = "NAME")]
+    pub nodewright: String,
+    /// Nodes (names or regular expressions); none: every node with a record of the package.
+    #[arg(long = "node", value_name = "PATTERN")]
+    pub nodes: Vec<String>,
     /// Confirmation.
     #[command(flatten)]
     pub confirm: Confirm,

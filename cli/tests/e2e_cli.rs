@@ -13,6 +13,8 @@
 //!   an unreachable cluster) is refused with a clear error, exit status 1, nothing written;
 //! - `migrate-from-skyhook` converts upstream objects and node records, and the operator then
 //!   runs nothing that was already installed;
+//! - `node update-state` writes one package record as told (refusing a stage the package does not
+//!   have, and confirming first), and `package reset` forgets it on every node that has one;
 //! - `version`, `completion`, every command's `--help`, and `kubectl nodewright` through kubectl.
 
 #[path = "../../operator/tests/support/mod.rs"]
@@ -2366,4 +2368,122 @@ async fn kubectls_connection_flags_reach_the_cluster_without_a_kubeconfig() {
     )
     .await;
     assert!(admins.ok().contains(&absent), "{admins:#?}");
+}
+
+/// The record of `package` at `version` in the node's state for `nodewright` (None: no record).
+async fn node_record(
+    client: &kube::Client,
+    node: &str,
+    nodewright: &str,
+    package: &str,
+    version: &str,
+) -> Option<nodewright_shared::node_state::PackageStatus> {
+    let n = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("node");
+    nodewright_core::node::state::parse_state(&n, nodewright)
+        .and_then(|s| s.get(package, version).cloned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_state_writes_one_record_and_package_reset_forgets_it() {
+    use nodewright_shared::node_state::{Stage, State};
+    let cluster = cluster().await;
+    let name = "cli-record";
+    let Ground { client, ns, nodes } = ground(cluster, name, 2).await;
+    // No operator: what the commands write is read back as written.
+    create_nodewright(
+        &client,
+        name,
+        name,
+        NodeWrightSpec {
+            packages: BTreeMap::from([("driver".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+        &[],
+    )
+    .await;
+    let update = |node: &str, stage: &str, state: &str| {
+        format!(
+            "node update-state {node} --nodewright {name} --package driver --stage {stage} --state {state}"
+        )
+    };
+    // Without a terminal and without -y: refused, nothing written.
+    sh(cluster, &ns, &update(&nodes[0], "config", "complete"))
+        .await
+        .fails(2, "refusing to record driver|1.0.0 at config complete");
+    assert_eq!(
+        node_record(&client, &nodes[0], name, "driver", "1.0.0").await,
+        None
+    );
+    // A stage the package never runs: refused naming it.
+    sh(
+        cluster,
+        &ns,
+        &format!("{} -y", update(&nodes[0], "interrupt", "complete")),
+    )
+    .await
+    .fails(
+        1,
+        "--stage interrupt: package driver of NodeWright cli-record has no interrupt",
+    );
+    for node in &nodes {
+        sh(
+            cluster,
+            &ns,
+            &format!("{} -y", update(node, "config", "complete")),
+        )
+        .await
+        .ok();
+        let r = node_record(&client, node, name, "driver", "1.0.0")
+            .await
+            .expect("recorded");
+        assert_eq!(
+            (r.stage, r.state, r.restarts),
+            (Stage::Config, Some(State::Complete), 0)
+        );
+    }
+    // Sent back to apply on one node: only that record changes.
+    sh(
+        cluster,
+        &ns,
+        &format!("{} -y", update(&nodes[1], "apply", "in_progress")),
+    )
+    .await
+    .ok();
+    let r = node_record(&client, &nodes[1], name, "driver", "1.0.0")
+        .await
+        .expect("recorded");
+    assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::InProgress)));
+    // package reset without --node: every node's record goes.
+    let dry = sh(
+        cluster,
+        &ns,
+        &format!("package reset driver --nodewright {name} --dry-run"),
+    )
+    .await;
+    assert!(
+        dry.ok().contains("would rerun driver|1.0.0 from the start"),
+        "{dry:#?}"
+    );
+    assert!(
+        node_record(&client, &nodes[0], name, "driver", "1.0.0")
+            .await
+            .is_some()
+    );
+    sh(
+        cluster,
+        &ns,
+        &format!("package reset driver --nodewright {name} -y"),
+    )
+    .await
+    .ok();
+    for node in &nodes {
+        assert_eq!(
+            node_record(&client, node, name, "driver", "1.0.0").await,
+            None,
+            "{node}"
+        );
+    }
 }

@@ -7,6 +7,7 @@ pub mod migrate;
 pub mod node;
 pub mod package;
 pub mod plan;
+pub mod record;
 pub mod reset;
 pub mod version;
 pub mod why;
@@ -31,8 +32,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Node(NodeCommand::Reset(a)) => node::reset(&ctx, &a).await,
         Command::Node(NodeCommand::Ignore(a)) => node::ignore(&ctx, &a, true).await,
         Command::Node(NodeCommand::Unignore(a)) => node::ignore(&ctx, &a, false).await,
+        Command::Node(NodeCommand::UpdateState(a)) => record::update_state(&ctx, &a).await,
         Command::Package(PackageCommand::Status(a)) => package::status(&ctx, &a).await,
         Command::Package(PackageCommand::Rerun(a)) => package::rerun(&ctx, &a).await,
+        Command::Package(PackageCommand::Reset(a)) => package::reset(&ctx, &a).await,
         Command::Package(PackageCommand::Logs(a)) => logs::run(&ctx, &a).await,
         Command::Plan(a) => plan::run(&ctx, &a).await,
         Command::Why(a) => why::run(&ctx, &a).await,

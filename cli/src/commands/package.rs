@@ -1,4 +1,4 @@
-//! `package status` and `package rerun`.
+//! `package status`, `package rerun` and `package reset`.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -9,7 +9,7 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{PackageStatus, Stage, State};
 use serde::Serialize;
 
-use crate::args::{PackageRerunArgs, PackageStatusArgs, RerunStage};
+use crate::args::{PackageRerunArgs, PackageResetArgs, PackageStatusArgs, RerunStage};
 use crate::cluster;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
@@ -140,7 +140,7 @@ fn stage_of(stage: RerunStage) -> Stage {
 
 /// Whether the package goes through `stage`: every package has apply and config; only a package
 /// with an interrupt (or config interrupts) has interrupt and post-interrupt.
-fn valid_stage(package: &Package, stage: Stage) -> bool {
+pub fn valid_stage(package: &Package, stage: Stage) -> bool {
     match stage {
         Stage::Interrupt | Stage::PostInterrupt => {
             package.interrupt.is_some() || !package.config_interrupts.is_empty()
@@ -183,11 +183,56 @@ fn rerun_edit(
 
 /// Runs `package rerun`.
 pub async fn rerun(ctx: &Ctx, args: &PackageRerunArgs) -> Result<()> {
-    let name = &args.nodewright;
+    rerun_on(
+        ctx,
+        Rerun {
+            nodewright: &args.nodewright,
+            package: &args.package,
+            nodes: &args.nodes,
+            stage: args.stage.map(stage_of),
+            yes: args.confirm.yes,
+        },
+    )
+    .await
+}
+
+/// Runs `package reset`: `package rerun` from the start, on every node with a record of the
+/// package when no `--node` is given.
+pub async fn reset(ctx: &Ctx, args: &PackageResetArgs) -> Result<()> {
+    let every = [".*".to_owned()];
+    rerun_on(
+        ctx,
+        Rerun {
+            nodewright: &args.nodewright,
+            package: &args.package,
+            nodes: if args.nodes.is_empty() {
+                &every
+            } else {
+                &args.nodes
+            },
+            stage: None,
+            yes: args.confirm.yes,
+        },
+    )
+    .await
+}
+
+/// What to run again, and where.
+struct Rerun<'a> {
+    nodewright: &'a str,
+    package: &'a str,
+    nodes: &'a [String],
+    /// `None`: from the start (the record is removed).
+    stage: Option<Stage>,
+    yes: bool,
+}
+
+async fn rerun_on(ctx: &Ctx, args: Rerun<'_>) -> Result<()> {
+    let name = args.nodewright;
     let nw = cluster::nodewright(ctx, name).await?;
-    let package = spec_package(&nw, &args.package)?;
+    let package = spec_package(&nw, args.package)?;
     let version = package.version.clone();
-    let stage = args.stage.map(stage_of);
+    let stage = args.stage;
     if let Some(stage) = stage
         && !valid_stage(package, stage)
     {
@@ -198,12 +243,12 @@ pub async fn rerun(ctx: &Ctx, args: &PackageRerunArgs) -> Result<()> {
             args.package
         )));
     }
-    let patterns = NodePatterns::parse(&args.nodes)?;
+    let patterns = NodePatterns::parse(args.nodes)?;
     let all = cluster::nodes(ctx).await?;
     let matched = patterns.select(&all)?;
     let mut writer = Writer::new(ctx);
     let (targets, skipped): (Vec<&Node>, Vec<&Node>) = matched.into_iter().partition(|n| {
-        parse_state(n, name).is_some_and(|s| s.get(&args.package, &version).is_some())
+        parse_state(n, name).is_some_and(|s| s.get(args.package, &version).is_some())
     });
     for n in &skipped {
         writer.note(format!(
@@ -222,7 +267,7 @@ pub async fn rerun(ctx: &Ctx, args: &PackageRerunArgs) -> Result<()> {
     if !ctx.dry_run() {
         let names: Vec<String> = targets.iter().map(|n| n.name_any()).collect();
         confirm(
-            args.confirm.yes,
+            args.yes,
             &format!("rerun package {} on {}", args.package, names.join(", ")),
             &format!(
                 "Rerun package {} of NodeWright {name} from {from} on {}?",
@@ -236,7 +281,7 @@ pub async fn rerun(ctx: &Ctx, args: &PackageRerunArgs) -> Result<()> {
             .edit_node(
                 &node.name_any(),
                 &format!("rerun {}|{version} from {from}", args.package),
-                |n| rerun_edit(n, name, &args.package, &version, stage),
+                |n| rerun_edit(n, name, args.package, &version, stage),
             )
             .await?;
     }
