@@ -230,6 +230,7 @@ mod tests {
                 "Complete Nodes",
                 "Packages",
                 "Policy",
+                "Waiting For",
                 "Age"
             ]
         );
