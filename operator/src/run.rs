@@ -407,8 +407,28 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
             .await;
         }
     };
-    tokio::join!(rollout, outcomes, leftover_cordons, settled);
+    let all = async {
+        tokio::join!(rollout, outcomes, leftover_cordons, settled);
+    };
+    // Once the term ends the controllers finish their in-flight reconciles, but an API call can
+    // hang (the client has no read timeout; a paused etcd or a dead connection holds it): waiting
+    // for it would keep this replica from leading again, and the fleet without a leader, for as
+    // long. Past the grace the reconciles are abandoned, as a crash would abandon them (every
+    // write is guarded, and an outcome is recorded once whoever records it).
+    let abandoned = async {
+        ctx.term.cancelled().await;
+        tokio::time::sleep(TERM_STOP_GRACE).await;
+    };
+    tokio::select! {
+        () = all => {}
+        () = abandoned => {
+            warn!(grace = ?TERM_STOP_GRACE, "the term ended but a reconcile is still in flight (an API call hangs): abandoning it");
+        }
+    }
 }
+
+/// How long the reconcilers of an ended term may take to finish their in-flight reconciles.
+const TERM_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
