@@ -42,21 +42,36 @@ pub enum RerunStage {
     PostInterrupt,
 }
 
-/// The stages `package logs --stage` selects.
+/// A package stage as `--stage` names it (`package logs`, `node update-state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogStage {
+pub enum StageArg {
     /// apply
     Apply,
     /// config
     Config,
-    /// interrupt (the node's merged interrupt)
+    /// interrupt (the node's merged interrupt; packages with an interrupt)
     Interrupt,
-    /// post-interrupt
+    /// post-interrupt (packages with an interrupt)
     PostInterrupt,
     /// upgrade
     Upgrade,
     /// uninstall
     Uninstall,
+}
+
+impl StageArg {
+    /// The node-state stage.
+    pub fn stage(self) -> nodewright_shared::node_state::Stage {
+        use nodewright_shared::node_state::Stage;
+        match self {
+            StageArg::Apply => Stage::Apply,
+            StageArg::Config => Stage::Config,
+            StageArg::Interrupt => Stage::Interrupt,
+            StageArg::PostInterrupt => Stage::PostInterrupt,
+            StageArg::Upgrade => Stage::Upgrade,
+            StageArg::Uninstall => Stage::Uninstall,
+        }
+    }
 }
 
 const ABOUT: &str = "Drive NodeWright from kubectl: rollout status per node, why a node or package \
@@ -418,30 +433,13 @@ pub struct NodeUpdateStateArgs {
     pub package: String,
     /// The stage to record.
     #[arg(long, required = true, value_enum)]
-    pub stage: RecordStage,
+    pub stage: StageArg,
     /// The state to record.
     #[arg(long, required = true, value_enum)]
     pub state: RecordState,
     /// Confirmation.
     #[command(flatten)]
     pub confirm: Confirm,
-}
-
-/// The stages `node update-state` can record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RecordStage {
-    /// apply
-    Apply,
-    /// config
-    Config,
-    /// interrupt (packages with an interrupt)
-    Interrupt,
-    /// post-interrupt (packages with an interrupt)
-    PostInterrupt,
-    /// upgrade
-    Upgrade,
-    /// uninstall
-    Uninstall,
 }
 
 /// The states `node update-state` can record.
@@ -597,7 +595,7 @@ pub struct PackageLogsArgs {
     pub node: Option<String>,
     /// Only this stage.
     #[arg(long, value_enum)]
-    pub stage: Option<LogStage>,
+    pub stage: Option<StageArg>,
     /// Follow the log of running containers.
     #[arg(short = 'f', long)]
     pub follow: bool,

@@ -21,7 +21,7 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::Stage;
 use serde::Serialize;
 
-use crate::args::{Format, LogStage, PackageLogsArgs};
+use crate::args::{Format, PackageLogsArgs, StageArg};
 use crate::cluster;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
@@ -98,18 +98,6 @@ impl Render for Logs {
             }
         }
         out
-    }
-}
-
-/// The stage of a `--stage` value.
-fn stage_of(stage: LogStage) -> Stage {
-    match stage {
-        LogStage::Apply => Stage::Apply,
-        LogStage::Config => Stage::Config,
-        LogStage::Interrupt => Stage::Interrupt,
-        LogStage::PostInterrupt => Stage::PostInterrupt,
-        LogStage::Upgrade => Stage::Upgrade,
-        LogStage::Uninstall => Stage::Uninstall,
     }
 }
 
@@ -208,7 +196,7 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
         patterns.select(&cluster::nodes(ctx).await?)?;
     }
     let nw = cluster::nodewright_opt(ctx, name).await?;
-    let stage = args.stage.map(stage_of);
+    let stage = args.stage.map(StageArg::stage);
     let mut pods: Vec<Pod> = cluster::pods(ctx, name)
         .await?
         .into_iter()

@@ -8,23 +8,12 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
 
 use super::package::{spec_package, valid_stage};
-use crate::args::{NodeUpdateStateArgs, RecordStage, RecordState};
+use crate::args::{NodeUpdateStateArgs, RecordState};
 use crate::cluster;
 use crate::context::Ctx;
 use crate::error::{CliError, Result};
 use crate::prompt::confirm;
 use crate::writes::Writer;
-
-fn stage_of(stage: RecordStage) -> Stage {
-    match stage {
-        RecordStage::Apply => Stage::Apply,
-        RecordStage::Config => Stage::Config,
-        RecordStage::Interrupt => Stage::Interrupt,
-        RecordStage::PostInterrupt => Stage::PostInterrupt,
-        RecordStage::Upgrade => Stage::Upgrade,
-        RecordStage::Uninstall => Stage::Uninstall,
-    }
-}
 
 fn state_of(state: RecordState) -> State {
     match state {
@@ -80,7 +69,7 @@ pub async fn update_state(ctx: &Ctx, args: &NodeUpdateStateArgs) -> Result<()> {
     let name = &args.nodewright;
     let nw = cluster::nodewright(ctx, name).await?;
     let package = spec_package(&nw, &args.package)?.clone();
-    let (stage, state) = (stage_of(args.stage), state_of(args.state));
+    let (stage, state) = (args.stage.stage(), state_of(args.state));
     if !valid_stage(&package, stage) {
         return Err(CliError::Invalid(format!(
             "--stage {stage}: package {} of NodeWright {name} has no interrupt, so it never runs \
