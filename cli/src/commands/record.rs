@@ -41,21 +41,20 @@ fn record_edit(
         None => NodeState::default(),
         Some(_) => parse_state(node, nodewright)?,
     };
+    // An existing record keeps the image it ran with; a new one takes the spec's.
+    let existing = states.get(name, &package.version);
     let record = PackageStatus {
         name: name.to_owned(),
         version: package.version.clone(),
-        image: states
-            .get(name, &package.version)
-            .map_or_else(|| package.image.clone(), |r| r.image.clone()),
-        container_sha: states
-            .get(name, &package.version)
+        image: existing.map_or_else(|| package.image.clone(), |r| r.image.clone()),
+        container_sha: existing
             .map(|r| r.container_sha.clone())
             .unwrap_or_default(),
         stage,
         state: Some(state),
         restarts: 0,
     };
-    if states.get(name, &package.version) == Some(&record) {
+    if existing == Some(&record) {
         return None;
     }
     states.upsert(record);
@@ -154,6 +153,11 @@ mod tests {
         }
     }
 
+    /// The edit recording package `driver` of `package()` for NodeWright `nw` on `n`.
+    fn edit_of(n: &Node, stage: Stage, state: State) -> Option<NodeEdit> {
+        record_edit(n, "nw", "driver", &package(), stage, state)
+    }
+
     fn written(n: &Node, edit: &NodeEdit) -> NodeState {
         let patched = nodewright_core::node::edit::node_patch(n, edit).expect("a patch");
         let mut value = serde_json::to_value(n).expect("node");
@@ -164,15 +168,7 @@ mod tests {
 
     #[test]
     fn a_record_is_created_or_rewritten_with_attempts_at_zero() {
-        let edit = record_edit(
-            &node(None),
-            "nw",
-            "driver",
-            &package(),
-            Stage::Config,
-            State::Complete,
-        )
-        .expect("an edit");
+        let edit = edit_of(&node(None), Stage::Config, State::Complete).expect("an edit");
         let state = written(&node(None), &edit);
         let r = state.get("driver", "1.2.0").expect("recorded");
         assert_eq!(
@@ -192,15 +188,7 @@ mod tests {
             restarts: 4,
         });
         let n = node(Some(&before.to_annotation()));
-        let edit = record_edit(
-            &n,
-            "nw",
-            "driver",
-            &package(),
-            Stage::Apply,
-            State::InProgress,
-        )
-        .expect("an edit");
+        let edit = edit_of(&n, Stage::Apply, State::InProgress).expect("an edit");
         let after = written(&n, &edit);
         let r = after.get("driver", "1.2.0").expect("recorded");
         assert_eq!(
@@ -211,17 +199,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_state_is_never_overwritten_and_an_equal_record_is_no_edit() {
-        assert!(
-            record_edit(
-                &node(Some("{")),
-                "nw",
-                "driver",
-                &package(),
-                Stage::Config,
-                State::Complete
-            )
-            .is_none()
-        );
+        assert!(edit_of(&node(Some("{")), Stage::Config, State::Complete).is_none());
         let mut same = NodeState::default();
         same.upsert(PackageStatus {
             name: "driver".into(),
@@ -233,16 +211,6 @@ mod tests {
             restarts: 0,
         });
         let n = node(Some(&same.to_annotation()));
-        assert!(
-            record_edit(
-                &n,
-                "nw",
-                "driver",
-                &package(),
-                Stage::Config,
-                State::Complete
-            )
-            .is_none()
-        );
+        assert!(edit_of(&n, Stage::Config, State::Complete).is_none());
     }
 }

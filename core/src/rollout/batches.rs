@@ -23,7 +23,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use nodewright_shared::api::{BatchParameters, BatchState, DeploymentStrategy, NodeWright};
+use nodewright_shared::api::{
+    BatchParameters, BatchState, DeploymentStrategy, MAX_SOAK_HOURS, NodeWright,
+};
 use nodewright_shared::duration::GoDuration;
 
 use super::budget::Slot;
@@ -60,8 +62,8 @@ enum Growth {
     Exponential(i64),
 }
 
-/// The longest `soak` admission accepts (a week).
-pub const MAX_SOAK: SignedDuration = SignedDuration::from_hours(168);
+/// The longest `soak` admission accepts ([`MAX_SOAK_HOURS`]).
+pub const MAX_SOAK: SignedDuration = SignedDuration::from_hours(MAX_SOAK_HOURS);
 
 /// The parameters every strategy has (`None`: no strategy set).
 pub fn batch_parameters(strategy: &DeploymentStrategy) -> Option<&BatchParameters> {

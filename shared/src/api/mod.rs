@@ -18,7 +18,7 @@ pub use package::{
 };
 pub use policy::{
     BatchParameters, Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy,
-    DeploymentPolicySpec, DeploymentStrategy, ExponentialStrategy, LinearStrategy,
+    DeploymentPolicySpec, DeploymentStrategy, ExponentialStrategy, LinearStrategy, MAX_SOAK_HOURS,
     MaintenanceWindow, PolicyDefault, Weekday,
 };
 pub use status::{BatchState, CompartmentStatus, NodeWrightStatus, Status};

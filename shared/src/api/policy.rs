@@ -54,6 +54,10 @@ pub struct DeploymentPolicySpec {
     pub reset_batch_state_on_completion: Option<bool>,
 }
 
+/// The longest `soak` a strategy may have, in hours (admission refuses more; the planner caps at
+/// it). One copy for the webhook and the planner.
+pub const MAX_SOAK_HOURS: i64 = 168;
+
 /// Budget and strategy of the default compartment.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]

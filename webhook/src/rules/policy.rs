@@ -10,6 +10,7 @@ use nodewright_shared::api::{
     BatchParameters, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy, DeploymentStrategy,
 };
 
+use nodewright_shared::api::MAX_SOAK_HOURS;
 use nodewright_shared::duration::GoDuration;
 use nodewright_shared::window;
 
@@ -230,17 +231,15 @@ fn check_batch(p: &BatchParameters, path: &str, what: &str, f: &mut Findings) {
     }
 }
 
-/// A Go duration from 0 to a week ([`nodewright_core`]'s `MAX_SOAK`, restated: the webhook does
-/// not depend on the planner).
+/// A Go duration from 0 to [`MAX_SOAK_HOURS`] (the bound the planner caps at).
 fn check_soak(text: &str, path: &str, what: &str, f: &mut Findings) {
-    const MAX_SOAK_HOURS: i64 = 168;
     match GoDuration::parse(text) {
         Err(e) => f.error(path, format!("{what}: soak: {e}")),
         Ok(d) if d.is_negative() => f.error(
             path,
             format!("{what}: soak {text:?} is negative: use a duration from 0 to {MAX_SOAK_HOURS}h, e.g. \"10m\""),
         ),
-        Ok(d) if d.to_std().is_some_and(|d| d.as_secs() > MAX_SOAK_HOURS as u64 * 3600) => f.error(
+        Ok(d) if d.to_std().is_some_and(|d| d.as_secs() > MAX_SOAK_HOURS.unsigned_abs() * 3600) => f.error(
             path,
             format!("{what}: soak {text:?} is longer than {MAX_SOAK_HOURS}h: a batch soaks at most a week"),
         ),
