@@ -537,6 +537,7 @@ mod tests {
                 ],
                 windows: Vec::new(),
                 reset_batch_state_on_completion: None,
+                rollback_on_failure: None,
             },
         );
         let filled = default_deployment_policy(&mut p.spec);

@@ -231,6 +231,7 @@ mod tests {
                 }],
                 windows: Vec::new(),
                 reset_batch_state_on_completion: None,
+                rollback_on_failure: None,
             },
         );
         let (a, b, c) = (node("a", "east"), node("b", "west"), node("c", "east"));

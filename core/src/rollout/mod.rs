@@ -1,7 +1,8 @@
 //! The pure half of the NodeWright rollout (DESIGN §4, upstream-operator.md §2): which nodes a
 //! NodeWright selects and admits ([`selection`], [`compartments`], [`budget`], [`batches`],
 //! [`priority`]), the maintenance windows ([`windows`]), the stage machine on one node ([`stages`], [`graph`], [`plan`]), the pass that
-//! decides over all of them ([`pass`]) and the status it produces ([`status`], [`uninstall`]). The
+//! decides over all of them ([`pass`]) and the status it produces ([`status`], [`uninstall`]), with the
+//! revision history and the automatic rollback ([`history`], [`spec_diff`], [`rollback`]). The
 //! operator's reconciler reads the cluster, calls these and carries out what they decide.
 
 pub mod absorb;
@@ -10,13 +11,16 @@ pub(crate) mod budget;
 pub(crate) mod compartments;
 pub mod config_updates;
 pub mod graph;
+pub mod history;
 pub mod parts;
 pub mod pass;
 pub mod plan;
 pub(crate) mod priority;
 pub mod reboots;
+pub mod rollback;
 pub mod runtime_taint;
 pub mod selection;
+pub mod spec_diff;
 pub mod stages;
 pub mod status;
 pub mod uninstall;

@@ -462,6 +462,9 @@ pub fn finish(
             config_updates: input.old_status.config_updates.clone(),
             uninstall_conditions,
             waiting_for: decision.waiting_for,
+            // Kept as read; the operator records the pass's revision and rollback into them.
+            revisions: input.old_status.revisions.clone(),
+            rollback: input.old_status.rollback.clone(),
         },
         input.now,
     );

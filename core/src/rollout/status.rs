@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use nodewright_shared::api::{CompartmentStatus, NodeWright, NodeWrightStatus, Status};
+use nodewright_shared::api::{
+    AutomaticRollback, CompartmentStatus, NodeWright, NodeWrightStatus, Revision, Status,
+};
 use nodewright_shared::node_state::{NodeState, State};
 
 /// Facts about one node that decide its status.
@@ -119,6 +121,10 @@ pub struct StatusInput {
     pub uninstall_conditions: Vec<(&'static str, Option<(String, String)>)>,
     /// `status.waitingFor` ([`super::pass::PassDecision::waiting_for`]).
     pub waiting_for: Option<String>,
+    /// `status.revisions`, as recorded ([`super::history`]).
+    pub revisions: Vec<Revision>,
+    /// `status.rollback`, as recorded ([`super::rollback`]).
+    pub rollback: Option<AutomaticRollback>,
 }
 
 /// How many nodes the Ready message names per status; beyond, it says how many more (a fleet's
@@ -352,6 +358,8 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
         complete_nodes: format!("{complete}/{total}"),
         package_list: package_list(nodewright),
         waiting_for: input.waiting_for,
+        revisions: input.revisions,
+        rollback: input.rollback,
     }
 }
 

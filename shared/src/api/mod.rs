@@ -3,11 +3,13 @@
 //! every doc comment here is what users read in `kubectl explain`.
 
 mod cel;
+mod history;
 mod nodewright;
 mod package;
 mod policy;
 mod status;
 
+pub use history::{AutomaticRollback, MAX_REVISIONS, Revision, RollbackPhase};
 pub use nodewright::{
     DEFAULT_PRIORITY, DeploymentPolicyOptions, InterruptionBudget, MAX_PACKAGES, NodeWright,
     NodeWrightSpec, Sequencing,

@@ -52,6 +52,13 @@ pub struct DeploymentPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = true))]
     pub reset_batch_state_on_completion: Option<bool>,
+
+    /// When the failure threshold stops a compartment's rollout, write the NodeWright's previous
+    /// revision (`status.revisions`) back as its spec, once, with a Warning Event naming both
+    /// revisions: the nodes return to it through this policy's budget and batches. The rollout
+    /// of the rollback is never rolled back again. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_on_failure: Option<bool>,
 }
 
 /// The longest `soak` a strategy may have, in hours (admission refuses more; the planner caps at

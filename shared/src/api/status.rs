@@ -74,6 +74,17 @@ pub struct NodeWrightStatus {
     /// window (opens 2026-12-03T22:00+01:00)`; absent when nothing does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+
+    /// The last specs (their packages) that completed on at least one node, oldest first, at most
+    /// the operator's `REVISION_HISTORY_LIMIT`: what `kubectl nodewright history` lists and
+    /// `kubectl nodewright rollback` writes back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = super::history::MAX_REVISIONS))]
+    pub revisions: Vec<super::history::Revision>,
+
+    /// The last automatic rollback (the DeploymentPolicy's `rollbackOnFailure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<super::history::AutomaticRollback>,
 }
 
 fn is_zero(n: &i32) -> bool {

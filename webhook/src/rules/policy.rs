@@ -37,6 +37,8 @@ pub fn check(policy: &DeploymentPolicy, f: &mut Findings) {
         f,
     );
 
+    check_rollback(policy, f);
+
     if let Err(problems) = window::parse(&spec.windows) {
         for p in problems {
             f.error(format!("spec.{}", p.field()), p.problem());
@@ -114,6 +116,39 @@ pub fn check(policy: &DeploymentPolicy, f: &mut Findings) {
                 ),
             );
         }
+    }
+}
+
+/// `rollbackOnFailure` acts when a failure threshold stops a rollout: without any
+/// `failureThreshold` nothing ever stops, so it would never act (a warning, not a denial: the
+/// thresholds may be added later).
+fn check_rollback(policy: &DeploymentPolicy, f: &mut Findings) {
+    let spec = &policy.spec;
+    if spec.rollback_on_failure != Some(true) {
+        return;
+    }
+    let threshold = |s: &DeploymentStrategy| {
+        [
+            s.fixed.as_ref(),
+            s.linear.as_ref().map(|l| &l.batch),
+            s.exponential.as_ref().map(|e| &e.batch),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|b| b.failure_threshold.is_some())
+    };
+    let any = threshold(&spec.default.strategy)
+        || spec
+            .compartments
+            .iter()
+            .filter_map(|c| c.strategy.as_ref())
+            .any(threshold);
+    if !any {
+        f.warn(
+            "spec.rollbackOnFailure: no strategy sets failureThreshold, so no rollout ever stops \
+             and nothing is rolled back automatically; set failureThreshold on the strategies \
+             whose failures should roll back",
+        );
     }
 }
 
@@ -329,6 +364,7 @@ mod tests {
                 compartments,
                 windows: Vec::new(),
                 reset_batch_state_on_completion: None,
+                rollback_on_failure: None,
             },
         )
     }
@@ -347,6 +383,32 @@ mod tests {
             got.iter().any(|l| l.contains(want)),
             "{want:?} not in {got:?}"
         );
+    }
+
+    #[test]
+    fn rollback_on_failure_without_a_failure_threshold_is_warned_about() {
+        let mut p = policy(Vec::new());
+        p.spec.rollback_on_failure = Some(true);
+        let v = validate_deployment_policy(&p);
+        assert!(v.is_allowed(), "a warning, never a denial");
+        assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+        assert!(
+            v.warnings[0].starts_with("spec.rollbackOnFailure: no strategy sets failureThreshold")
+        );
+        let mut with = p.clone();
+        with.spec.compartments = vec![Compartment {
+            strategy: Some(DeploymentStrategy {
+                fixed: Some(BatchParameters {
+                    failure_threshold: Some(1),
+                    ..BatchParameters::default()
+                }),
+                ..DeploymentStrategy::default()
+            }),
+            ..compartment("canary", selector("canary", "true"))
+        }];
+        assert!(validate_deployment_policy(&with).warnings.is_empty());
+        p.spec.rollback_on_failure = Some(false);
+        assert!(validate_deployment_policy(&p).warnings.is_empty());
     }
 
     #[test]
