@@ -6,6 +6,7 @@
 //! the node state and the Jobs' `state-recorded` annotation), so each fact has one writer.
 
 pub mod acts;
+pub mod auto_rollback;
 pub mod auto_taint;
 pub mod config_sync;
 pub mod configmaps;
@@ -28,7 +29,7 @@ use nodewright_core::rollout::parts::{
 };
 use nodewright_core::rollout::pass::{self, PassInput};
 use nodewright_core::rollout::selection::NodeSelection;
-use nodewright_core::rollout::{batches, config_updates, uninstall};
+use nodewright_core::rollout::{batches, config_updates, history, rollback, uninstall};
 use nodewright_shared::api::{DeploymentPolicy, NodeWright, NodeWrightStatus, Status};
 use nodewright_shared::defaults::default_nodewright;
 use nodewright_shared::keys;
@@ -159,6 +160,10 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     let again = |action| Ok(Prepared::Again(action));
     let name = nodewright.name_any();
     let deleting = nodewright.metadata.deletion_timestamp.is_some();
+    if !deleting && auto_rollback::carry_out(ctx, nodewright).await? {
+        // The rollback's writes are events: plan again on the object as written.
+        return again(Action::requeue(Duration::from_secs(1)));
+    }
     // Objects can reach storage without the webhook: apply the same defaults (in memory).
     let mut nw = nodewright.clone();
     default_nodewright(&mut nw.spec, &ctx.config.jobs.defaults);
@@ -286,7 +291,14 @@ async fn decide_and_act(
     let first = pass::decide(&input_over(&first_status), &compartments);
     // A batch starts only from a persisted state: when this pass changed one, persist it now and
     // decide again, so the batch starts in this pass.
-    let persisted = pass::batch_states_to_persist(&input_over(&first_status), &first);
+    let rollback_on_failure = policy
+        .as_ref()
+        .is_some_and(|p| p.spec.rollback_on_failure == Some(true));
+    let mut persisted = pass::batch_states_to_persist(&input_over(&first_status), &first);
+    if let Some(status) = persisted.as_mut() {
+        // A compartment stopped by this write: its automatic rollback is due in the same write.
+        rollback::mark(&first_status, status, nodewright, rollback_on_failure, now);
+    }
     // The object the status write of this pass is guarded by (it changes if the pass writes early).
     let mut written: Option<NodeWright> = None;
     if let Some(status) = &persisted {
@@ -312,7 +324,18 @@ async fn decide_and_act(
     let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
 
     let wake_at = decision.wake_at;
-    let status = pass::finish(&input, &compartments, decision, results);
+    let mut status = pass::finish(&input, &compartments, decision, results);
+    if !deleting {
+        let limit = ctx.config.revision_history_limit;
+        history::record_pass(&mut status, nodewright, limit, now);
+    }
+    rollback::mark(
+        old_status,
+        &mut status,
+        nodewright,
+        rollback_on_failure,
+        now,
+    );
     if let Some((reason, message)) = newly_true(old_status, &status, uninstall::DELETION_BLOCKED) {
         ctx.events
             .warn_on_nodewright(nodewright, &reason, message, None)

@@ -68,6 +68,9 @@ pub const ENV_PODS_NOT_CREATED_TIMEOUT: &str = "PODS_NOT_CREATED_TIMEOUT";
 /// How long an attempt may wait on an image the kubelet cannot pull before the stage is surfaced
 /// (a Warning Event, the node's Erroring condition, `why`).
 pub const ENV_IMAGE_PULL_FAILING_AFTER: &str = "IMAGE_PULL_FAILING_AFTER";
+/// How many revisions of each NodeWright's spec the operator keeps in `status.revisions` for
+/// `kubectl nodewright rollback` and `rollbackOnFailure` (0..=100, default 10; 0 keeps none).
+pub const ENV_REVISION_HISTORY_LIMIT: &str = "REVISION_HISTORY_LIMIT";
 /// Plain-HTTP address of `/metrics`.
 pub const ENV_METRICS_LISTEN: &str = "METRICS_LISTEN";
 /// Plain-HTTP address of `/healthz` and `/readyz`.
@@ -131,6 +134,9 @@ pub struct OperatorConfig {
     /// `IMAGE_PULL_FAILING_AFTER` (default 1m): how long an attempt may wait on an image the
     /// kubelet cannot pull before it is surfaced (`outcomes::image_pull`).
     pub image_pull_failing_after: Duration,
+    /// `REVISION_HISTORY_LIMIT` (default 10, at most 100): the revisions of each NodeWright kept
+    /// in its status ([`nodewright_core::rollout::history`]).
+    pub revision_history_limit: usize,
     /// `LEADER_ELECTION`: when false this replica acts as the leader unconditionally (one replica only).
     pub leader_election: bool,
     /// The Lease (namespace = `NAMESPACE`, `LEASE_NAME`, identity = `POD_NAME`, timings).
@@ -302,6 +308,13 @@ impl OperatorConfig {
              an image the kubelet cannot pull before it is surfaced",
             |d| d >= Duration::from_secs(1),
         );
+        let revision_history_limit = p.count(
+            ENV_REVISION_HISTORY_LIMIT,
+            get(ENV_REVISION_HISTORY_LIMIT),
+            nodewright_core::rollout::history::DEFAULT_REVISION_HISTORY_LIMIT,
+            nodewright_shared::api::MAX_REVISIONS,
+            "revisions of each NodeWright kept for rollbacks",
+        );
         let leader_election = p.boolean(ENV_LEADER_ELECTION, get(ENV_LEADER_ELECTION), true);
 
         let lease_name = p.check(
@@ -440,6 +453,7 @@ impl OperatorConfig {
             reapply_on_reboot,
             pods_not_created_timeout,
             image_pull_failing_after,
+            revision_history_limit,
             leader_election,
             lease_name,
             timings,
@@ -466,6 +480,7 @@ impl OperatorConfig {
                 Some(reapply_on_reboot),
                 Some(pods_not_created_timeout),
                 Some(image_pull_failing_after),
+                Some(revision_history_limit),
                 Some(leader_election),
                 Some(lease_name),
                 Some(timings),
@@ -499,6 +514,7 @@ impl OperatorConfig {
                 reapply_on_reboot,
                 pods_not_created_timeout,
                 image_pull_failing_after,
+                revision_history_limit,
                 leader_election,
                 metrics_listen,
                 probe_listen,
@@ -599,6 +615,31 @@ impl Problems {
                     var,
                     value,
                     format!("true or false (also 1/0, t/f, TRUE/FALSE; default {default})"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A whole number from 0 to `max` (unset: `default`); `what` says what it counts.
+    fn count(
+        &mut self,
+        var: &'static str,
+        value: Option<String>,
+        default: usize,
+        max: usize,
+        what: &str,
+    ) -> Option<usize> {
+        let Some(value) = value else {
+            return Some(default);
+        };
+        match value.parse::<usize>() {
+            Ok(n) if n <= max => Some(n),
+            _ => {
+                self.push(
+                    var,
+                    value,
+                    format!("a whole number from 0 to {max} ({what}; default {default})"),
                 );
                 None
             }
@@ -863,6 +904,23 @@ mod tests {
                     .accepted
                     .contains("at least 1s")
             );
+        }
+    }
+
+    #[test]
+    fn revision_history_limit() {
+        assert_eq!(env(&[]).expect("valid").revision_history_limit, 10);
+        assert_eq!(
+            accepts("REVISION_HISTORY_LIMIT", "0").revision_history_limit,
+            0
+        );
+        assert_eq!(
+            accepts("REVISION_HISTORY_LIMIT", " 100 ").revision_history_limit,
+            100
+        );
+        for bad in ["101", "-1", "ten", "2.5"] {
+            let p = problem("REVISION_HISTORY_LIMIT", bad);
+            assert!(p.accepted.contains("from 0 to 100"), "{p:?}");
         }
     }
 

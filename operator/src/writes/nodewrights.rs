@@ -227,16 +227,30 @@ impl Writer {
         }
         let mut status = serde_json::Map::new();
         status.insert(field.to_owned(), serde_json::Value::Object(entries));
+        self.merge_nodewright_status(nodewright, status, &action())
+            .await
+    }
+
+    /// Merge-patches the NodeWright's status with `status` (top-level fields as JSON; `null`
+    /// removes), under the object's resourceVersion (a stale object fails with 409), naming
+    /// `action` in an error. Returns the object as written, trimmed as the store keeps it.
+    pub async fn merge_nodewright_status(
+        &self,
+        nodewright: &NodeWright,
+        status: serde_json::Map<String, serde_json::Value>,
+        action: &str,
+    ) -> Result<NodeWright, ReconcileError> {
+        let name = nodewright.name_any();
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": nodewright.metadata.resource_version},
             "status": status,
         });
-        let client = self.gate().map_err(super::failed(action()))?;
+        let client = self.gate().map_err(super::failed(action))?;
         let mut written = Api::<NodeWright>::all(client.clone())
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(|source| ReconcileError::Api {
-                action: action(),
+                action: action.to_owned(),
                 source,
             })?;
         crate::runtime::nodewrights::trim(&mut written);
