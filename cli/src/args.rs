@@ -296,6 +296,34 @@ earlier NodeWright, a taint, a pause) and the exact command that clears it.",
         after_help = "Examples:\n  kubectl nodewright why gpu-setup\n  kubectl nodewright why gpu-setup --node node-7\n  kubectl nodewright why gpu-setup --node node-7 --package driver -o yaml"
     )]
     Why(WhyArgs),
+    /// List a NodeWright's revisions (the specs that completed on a node) and what each changed.
+    #[command(
+        long_about = "List the revisions the operator keeps of a NodeWright (status.revisions): \
+the packages of every spec that completed on at least one node, newest last, with when it was \
+recorded, its generation and what it changed against the revision before (versions, images, \
+digests, and the other package fields by name). Says which revision the current spec is, or \
+what it changes when it has not completed anywhere yet, and how the last automatic rollback \
+(rollbackOnFailure) ended. With --revision, that revision's packages in full and what rolling \
+back to it would change. The operator keeps REVISION_HISTORY_LIMIT revisions (chart: \
+operator.revisionHistoryLimit, default 10).",
+        after_help = "Examples:\n  kubectl nodewright history gpu-setup\n  kubectl nodewright history gpu-setup --revision 2 -o yaml"
+    )]
+    History(HistoryArgs),
+    /// Write an earlier revision's packages back as a NodeWright's spec.
+    #[command(
+        long_about = "Roll a NodeWright back: write the packages of an earlier revision (default: \
+the newest revision that differs from the current spec) back as its spec.packages, after showing \
+what changes and asking [y/N] (-y skips the question; --dry-run shows the changes and has the API \
+server validate the write, admission included, without storing it). The rest of the spec (node \
+selection, policy, budget) stays as it is. The operator then brings the nodes back through the \
+normal upgrade and downgrade stages, within the rollout's budget, batches and windows. The batch \
+state is reset too (as `deployment-policy reset` does), so failures of the spec rolled back from \
+do not stop the rollback; --keep-batch-state keeps it. The webhook refuses lowering the version of, \
+or removing, a package with uninstall.enabled that is still installed: uninstall it first \
+(uninstall.apply=true), then roll back.",
+        after_help = "Examples:\n  kubectl nodewright rollback gpu-setup --dry-run\n  kubectl nodewright rollback gpu-setup --to-revision 2 -y"
+    )]
+    Rollback(RollbackArgs),
     /// Convert upstream Skyhook objects and node state to NodeWright, keeping what is installed.
     #[command(
         long_about = "Migrate from upstream Skyhook (skyhook.nvidia.com/v1alpha1): converts \
@@ -626,6 +654,32 @@ pub struct WhyArgs {
     /// Only this package.
     #[arg(long, value_name = "PACKAGE")]
     pub package: Option<String>,
+}
+
+/// `history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The NodeWright.
+    pub name: String,
+    /// Show this revision in full (its packages, and what rolling back to it changes).
+    #[arg(long, value_name = "N")]
+    pub revision: Option<i64>,
+}
+
+/// `rollback`.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The NodeWright.
+    pub name: String,
+    /// The revision to go back to (default: the newest one that differs from the current spec).
+    #[arg(long, value_name = "N")]
+    pub to_revision: Option<i64>,
+    /// Keep the batch state (a rollout stopped by its failure threshold stays stopped).
+    #[arg(long)]
+    pub keep_batch_state: bool,
+    /// Confirmation.
+    #[command(flatten)]
+    pub confirm: Confirm,
 }
 
 /// `migrate-from-skyhook`.

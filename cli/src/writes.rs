@@ -239,6 +239,62 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
+    /// Writes `packages` as the spec.packages of the NodeWright read as `nw`, under its
+    /// resourceVersion ([`nodewright_core::rollout::rollback::packages_patch`]). A conflict caused
+    /// by a write that left the spec alone (the operator's status) is retried on a fresh read; a
+    /// changed spec (a new generation) is refused, so a change the user did not see is never
+    /// overwritten. `shown` is what the report prints as the change.
+    pub async fn write_nodewright_packages(
+        &mut self,
+        nw: &NodeWright,
+        packages: &std::collections::BTreeMap<String, nodewright_shared::api::Package>,
+        action: &str,
+        shown: Value,
+    ) -> Result<()> {
+        let api: Api<NodeWright> = Api::all(self.ctx.client().await?.clone());
+        let name = nw.metadata.name.clone().unwrap_or_default();
+        let mut rv = nw.metadata.resource_version.clone().unwrap_or_default();
+        for attempt in 1..=NODE_WRITE_ATTEMPTS {
+            let patch = nodewright_core::rollout::rollback::packages_patch(&rv, packages)
+                .map_err(|e| CliError::Invalid(format!("cannot encode the packages: {e}")))?;
+            match api
+                .patch(&name, &self.params(), &Patch::<()>::Json(patch))
+                .await
+            {
+                Ok(_) => {
+                    self.report.changes.push(Change {
+                        kind: "NodeWright".into(),
+                        name,
+                        action: action.to_owned(),
+                        patch: shown,
+                    });
+                    return Ok(());
+                }
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && attempt < NODE_WRITE_ATTEMPTS =>
+                {
+                    let fresh = api
+                        .get(&name)
+                        .await
+                        .map_err(self.ctx.api_error(format!("reading NodeWright {name}")))?;
+                    if fresh.metadata.generation != nw.metadata.generation {
+                        return Err(CliError::Invalid(format!(
+                            "NodeWright {name} changed since it was read (generation {} is now \
+                             {}); nothing was written: run the command again",
+                            nw.metadata.generation.unwrap_or_default(),
+                            fresh.metadata.generation.unwrap_or_default()
+                        )));
+                    }
+                    rv = fresh.metadata.resource_version.unwrap_or_default();
+                }
+                Err(e) => {
+                    return Err(self.ctx.api_error(format!("writing NodeWright {name}"))(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Creates a NodeWright (its status, if any, is written after the object exists).
     pub async fn create_nodewright(&mut self, nw: &NodeWright) -> Result<()> {
         let api: Api<NodeWright> = Api::all(self.ctx.client().await?.clone());

@@ -1,6 +1,7 @@
 //! One module per command; [`run`] dispatches.
 
 pub mod completion;
+pub mod history;
 pub mod lifecycle;
 pub mod logs;
 pub mod migrate;
@@ -9,6 +10,7 @@ pub mod package;
 pub mod plan;
 pub mod record;
 pub mod reset;
+pub mod rollback;
 pub mod version;
 pub mod why;
 
@@ -39,6 +41,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Package(PackageCommand::Logs(a)) => logs::run(&ctx, &a).await,
         Command::Plan(a) => plan::run(&ctx, &a).await,
         Command::Why(a) => why::run(&ctx, &a).await,
+        Command::History(a) => history::run(&ctx, &a).await,
+        Command::Rollback(a) => rollback::run(&ctx, &a).await,
         Command::MigrateFromSkyhook(a) => migrate::run(&ctx, &a).await,
         Command::Completion(a) => completion::run(&a),
     }
