@@ -58,5 +58,9 @@ else
   export NODEWRIGHT_ALLOW_SKIP="${NODEWRIGHT_ALLOW_SKIP:+$NODEWRIGHT_ALLOW_SKIP,}real_node,rotation_load,hostile_reviews"
 fi
 
+# The docs' examples run `kubectl nodewright`: the plugin `cargo test --workspace` builds before any
+# test runs (so it is current), instead of a second build with the CLI's features alone.
+export NODEWRIGHT_CLI_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/kubectl-nodewright"
+
 step "cargo test --workspace"
 cargo test --workspace

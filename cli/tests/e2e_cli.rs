@@ -15,6 +15,10 @@
 //!   runs nothing that was already installed;
 //! - `node update-state` writes one package record as told (refusing a stage the package does not
 //!   have, and confirming first), and `package reset` forgets it on every node that has one;
+//! - `history` lists the revisions the operator recorded (what each changed, the current one),
+//!   `rollback` shows what it changes, writes nothing with `--dry-run` or without a
+//!   confirmation, refuses an unknown or current revision, and with `-y` writes the revision
+//!   back; the operator then brings the nodes back and the restored spec is the newest revision;
 //! - `version`, `completion`, every command's `--help`, and `kubectl nodewright` through kubectl.
 
 #[path = "../../operator/tests/support/mod.rs"]
@@ -1655,6 +1659,8 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
         vec!["package", "logs"],
         vec!["plan"],
         vec!["why"],
+        vec!["history"],
+        vec!["rollback"],
         vec!["migrate-from-skyhook"],
         vec!["completion"],
     ] {
@@ -2486,4 +2492,185 @@ async fn update_state_writes_one_record_and_package_reset_forgets_it() {
             "{node}"
         );
     }
+}
+
+/// Waits until the NodeWright `name` is complete on the spec of `generation` (or a later one)
+/// and has recorded `revisions` revisions.
+async fn wait_revisions(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    generation: i64,
+    revisions: usize,
+) -> NodeWright {
+    wait_nodewright(
+        cluster,
+        client,
+        name,
+        &format!("complete at generation {generation} with {revisions} revisions"),
+        |nw| {
+            nw.status.as_ref().is_some_and(|s| {
+                s.status == Some(Status::Complete)
+                    && s.observed_generation.is_some_and(|g| g >= generation)
+                    && s.revisions.len() == revisions
+            })
+        },
+    )
+    .await
+}
+
+/// The version of `package` in the NodeWright's spec, as stored.
+async fn spec_version(client: &kube::Client, name: &str, package: &str) -> (i64, String) {
+    let nw = Api::<NodeWright>::all(client.clone())
+        .get(name)
+        .await
+        .expect("NodeWright");
+    (
+        nw.metadata.generation.unwrap_or_default(),
+        nw.spec
+            .packages
+            .get(package)
+            .map(|p| p.version.clone())
+            .unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_lists_the_revisions_and_rollback_writes_one_back() {
+    let cluster = cluster().await;
+    let name = "cli-rollback";
+    let Ground { client, ns, nodes } = ground(cluster, name, 2).await;
+    let operator = operator(&client, &ns, &[name], 0, None);
+    create_nodewright(
+        &client,
+        name,
+        name,
+        NodeWrightSpec {
+            packages: BTreeMap::from([("tuned".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+        &[],
+    )
+    .await;
+    wait_revisions(cluster, &client, name, 1, 1).await;
+    Api::<NodeWright>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"packages": {"tuned": {
+                "version": "1.1.0", "configMap": {"tuned.conf": "profile=throughput"}
+            }}}})),
+        )
+        .await
+        .expect("NodeWright patched");
+    wait_revisions(cluster, &client, name, 2, 2).await;
+
+    let table = sh(cluster, &ns, &format!("history {name}")).await;
+    let text = table.ok();
+    assert!(
+        text.contains("NodeWright: cli-rollback")
+            && text.contains("(oldest kept)")
+            && text.contains("2 (current)   ")
+            && text.contains(
+                "tuned:1.1.0   tuned 1.0.0 -> 1.1.0, configMap changed (keys tuned.conf)"
+            )
+            && text.contains("current spec: generation 2, revision 2"),
+        "{table:#?}"
+    );
+    let json = sh(cluster, &ns, &format!("history {name} -o json"))
+        .await
+        .json();
+    assert_eq!(json["currentRevision"], 2, "{json:#}");
+    assert_eq!(json["revisions"][0]["packages"], "tuned:1.0.0");
+    assert_eq!(
+        json["revisions"][1]["changes"][0]["fields"][0]["to"],
+        "1.1.0"
+    );
+    let one = sh(cluster, &ns, &format!("history {name} --revision 1")).await;
+    assert!(
+        one.ok().contains(
+            "rolling back to it changes: tuned 1.1.0 -> 1.0.0, configMap changed (keys tuned.conf)"
+        ),
+        "{one:#?}"
+    );
+    sh(cluster, &ns, &format!("history {name} --revision 7"))
+        .await
+        .fails(
+            1,
+            "NodeWright cli-rollback has no revision 7 (revisions: 1, 2)",
+        );
+
+    // A dry run shows what changes and writes nothing (the API server validates it).
+    let dry = sh(cluster, &ns, &format!("rollback {name} --dry-run")).await;
+    let text = dry.ok();
+    assert!(
+        text.contains("NodeWright cli-rollback: back to revision 1")
+            && text.contains("  tuned 1.1.0 -> 1.0.0, configMap changed (keys tuned.conf)")
+            && text.contains(
+                "nodewright/cli-rollback: would write revision 1's packages as spec.packages"
+            )
+            && text.contains("(dry run: validated by the API server, nothing was written)"),
+        "{dry:#?}"
+    );
+    assert_eq!(
+        spec_version(&client, name, "tuned").await,
+        (2, "1.1.0".to_owned())
+    );
+    // Without a terminal and without -y: refused; an unknown revision: refused.
+    sh(cluster, &ns, &format!("rollback {name}"))
+        .await
+        .fails(2, "refusing to roll back NodeWright cli-rollback");
+    sh(cluster, &ns, &format!("rollback {name} --to-revision 9 -y"))
+        .await
+        .fails(1, "cannot roll back NodeWright cli-rollback: revision 9 is not in its history (revisions: 1, 2)");
+    sh(cluster, &ns, &format!("rollback {name} --to-revision 2 -y"))
+        .await
+        .fails(1, "revision 2 is the current spec: nothing to roll back");
+    assert_eq!(
+        spec_version(&client, name, "tuned").await,
+        (2, "1.1.0".to_owned())
+    );
+
+    let done = sh(cluster, &ns, &format!("rollback {name} -y")).await;
+    assert!(
+        done.ok()
+            .contains("nodewright/cli-rollback: write revision 1's packages as spec.packages"),
+        "{done:#?}"
+    );
+    assert_eq!(
+        spec_version(&client, name, "tuned").await,
+        (3, "1.0.0".to_owned())
+    );
+    // The operator rolls the nodes back (1.0.0 installs again by apply), and the restored spec
+    // becomes the newest revision.
+    let back = wait_revisions(cluster, &client, name, 3, 2).await;
+    let listed: Vec<(i64, String)> = back
+        .status
+        .iter()
+        .flat_map(|s| &s.revisions)
+        .map(|r| (r.revision, r.packages["tuned"].version.clone()))
+        .collect();
+    assert_eq!(listed, [(2, "1.1.0".to_owned()), (3, "1.0.0".to_owned())]);
+    for node in &nodes {
+        let n = Api::<Node>::all(client.clone())
+            .get(node)
+            .await
+            .expect("node");
+        let state = support::state_of(&n, name).expect("node state");
+        let r = state.get("tuned", "1.0.0").expect("1.0.0 recorded");
+        assert_eq!(
+            (r.stage, r.state),
+            (
+                nodewright_shared::node_state::Stage::Config,
+                Some(nodewright_shared::node_state::State::Complete)
+            ),
+            "{node}"
+        );
+    }
+    let after = sh(cluster, &ns, &format!("history {name}")).await;
+    assert!(
+        after.ok().contains("3 (current)") && after.ok().contains("tuned 1.1.0 -> 1.0.0"),
+        "{after:#?}"
+    );
+    operator.stop().await;
 }

@@ -41,6 +41,16 @@
 //!     (`batchState.soakUntil` an hour after, `waiting for soak of batch 1 ...`, a BatchSoaking
 //!     Event) and the second node does not start; with the operator's clock moved past the soak
 //!     the batch is judged passed and the second node runs (its Jobs all created after the move).
+//! (rollback) revision history and `rollbackOnFailure`: a NodeWright completes 1.0.0 (revision 1);
+//!     2.0.0 completes on the first node (revision 2), then its config stage fails on the second:
+//!     the failure threshold stops the rollout and the operator writes revision 1 back once (a
+//!     RolledBack Warning Event naming both revisions, `status.rollback` RolledBack with the
+//!     generation it wrote). After an operator restart nothing is written again; every node is
+//!     back on 1.0.0 (the two upgraded ones by a fresh apply), and 1.0.0 is revision 3.
+//! (rollback-refused) the same stop with admission refusing the write back (a
+//!     ValidatingAdmissionPolicy standing in for the webhook's downgrade guard of a package with
+//!     uninstall scripts): `status.rollback` Refused with the apiserver's message, a
+//!     RollbackRefused Warning Event, the spec unchanged and the rollout still stopped.
 //! (metrics) a NodeWright's `nodewright_*` series are on `/metrics` during its rollout (held on a
 //!     hanging pod) and after it; once it is deleted (its finalizer let it go) none is left, while
 //!     another NodeWright's series stay.
@@ -1449,6 +1459,376 @@ async fn the_next_batch_starts_only_after_the_soak() {
         );
     }
     assert_eq!(done.status.and_then(|s| s.waiting_for), None);
+    operator.stop().await;
+    delete_nodes(&client, &names).await;
+}
+
+/// The revisions in the NodeWright's status: (revision, `name:version,...`), oldest first.
+fn revisions_of(nw: &NodeWright) -> Vec<(i64, String)> {
+    nw.status
+        .iter()
+        .flat_map(|s| &s.revisions)
+        .map(|r| {
+            let list: Vec<String> = r
+                .packages
+                .iter()
+                .map(|(n, p)| format!("{n}:{}", p.version))
+                .collect();
+            (r.revision, list.join(","))
+        })
+        .collect()
+}
+
+/// A hook under which `tool-2.0.0`'s config stage fails on `node` (its upgrade completes first, so
+/// the node no longer has 1.0.0 and must install it again when rolled back).
+fn v2_config_fails_on(node: String) -> JobHook {
+    Arc::new(move |job: &mut Job| {
+        let on_node = node_of(job) == Some(node.as_str());
+        let stage = job.labels().get(keys::STAGE_LABEL).map(String::as_str);
+        if on_node
+            && support::job_package(job).as_deref() == Some("tool-2.0.0")
+            && stage == Some("config")
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::fail()
+                .exit_code(3)
+                .apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_rollout_rolls_back_once_to_the_last_good_revision() {
+    use nodewright_shared::api::RollbackPhase;
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("rollback")
+        .await
+        .expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[]), ("n2", &[])]).await;
+    // One node per batch; the first failed batch stops the rollout (safetyLimit 100: at any
+    // progress) and rolls it back.
+    create_policy(
+        &client,
+        &ns,
+        json!({
+            "default": {"budget": {"count": 1},
+                        "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1,
+                                               "safetyLimit": 100}}},
+            "rollbackOnFailure": true
+        }),
+    )
+    .await;
+    let start = |client: &kube::Client| {
+        let env = operator_env(&ns, format!("operator-{ns}"), 0);
+        spawn_operator(
+            client.clone(),
+            &env,
+            format!("{SUITE_LABEL}={ns}"),
+            Some(v2_config_fails_on(names[1].clone())),
+            None,
+        )
+    };
+    let operator = start(&client);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let v1 = wait_complete_at(cluster, &client, &ns, 1).await;
+    assert_eq!(revisions_of(&v1), [(1, "tool:1.0.0".to_owned())]);
+
+    // 2.0.0 completes on n0 (a revision), then fails on n1: the failure threshold stops it.
+    let jobs = watch_jobs(&client, &ns);
+    let failed_generation = patch_spec(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"tool": {"version": "2.0.0"}}}}),
+    )
+    .await;
+    let rolled = wait_nodewright(cluster, &client, &ns, "rolled back", |nw| {
+        nw.status
+            .as_ref()
+            .and_then(|s| s.rollback.as_ref())
+            .is_some_and(|r| r.phase == RollbackPhase::RolledBack)
+    })
+    .await;
+    let record = rolled
+        .status
+        .as_ref()
+        .and_then(|s| s.rollback.clone())
+        .expect("rollback record");
+    assert_eq!(
+        (
+            record.failed_generation,
+            record.from_revision,
+            record.to_revision,
+            record.written_generation,
+        ),
+        (
+            failed_generation,
+            Some(2),
+            Some(1),
+            Some(failed_generation + 1)
+        ),
+        "{record:?}"
+    );
+    assert_eq!(record.compartments, [DEFAULT_COMPARTMENT]);
+    assert_eq!(
+        rolled.spec.packages.get("tool").map(|p| p.version.as_str()),
+        Some("1.0.0"),
+        "revision 1's packages written back"
+    );
+    let event = support::wait_event(cluster, &client, &ns, "RolledBack", "NodeWright").await;
+    let note = event.message.unwrap_or_default();
+    assert!(
+        note.contains("stopped the rollout of revision 2 in compartment __default__")
+            && note.contains("rolled back automatically to revision 1 (tool 2.0.0 -> 1.0.0)"),
+        "{note}"
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    // An operator restart right after: nothing is rolled back again.
+    operator.kill().await;
+    let operator = start(&client);
+    let done = wait_complete_at(cluster, &client, &ns, failed_generation + 1).await;
+    assert_eq!(
+        done.metadata.generation,
+        Some(failed_generation + 1),
+        "the spec was written once"
+    );
+    assert_eq!(
+        done.status
+            .as_ref()
+            .and_then(|s| s.rollback.as_ref())
+            .map(|r| r.phase),
+        Some(RollbackPhase::RolledBack)
+    );
+    assert_eq!(
+        support::events(&client, &ns, "RolledBack").await.len(),
+        1,
+        "announced once"
+    );
+    // Every node is back on 1.0.0; n0 and n1 (upgraded to 2.0.0) installed it again by apply.
+    for node in &names {
+        let state = node_state(&client, node, &ns).await.expect("node state");
+        let r = state
+            .get("tool", "1.0.0")
+            .unwrap_or_else(|| panic!("{node}: {state:?}"));
+        assert_eq!(
+            (r.stage, r.state),
+            (Stage::Config, Some(State::Complete)),
+            "{node}"
+        );
+    }
+    for node in &names[..2] {
+        let applied = jobs.latest().iter().any(|j| {
+            node_of(j) == Some(node.as_str())
+                && support::job_package(j).as_deref() == Some("tool-1.0.0")
+                && j.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply")
+        });
+        assert!(applied, "{node} installed 1.0.0 again");
+    }
+    // The restored spec became the newest revision: 2.0.0 stays as revision 2.
+    assert_eq!(
+        revisions_of(&done),
+        [(2, "tool:2.0.0".to_owned()), (3, "tool:1.0.0".to_owned())]
+    );
+    operator.stop().await;
+    delete_nodes(&client, &names).await;
+}
+
+/// A ValidatingAdmissionPolicy (and its binding) named `name` that refuses lowering the version of
+/// `tool` in the NodeWright `nodewright`: a stand-in, in the apiserver itself, for the webhook's
+/// downgrade guard of a package with uninstall scripts. Returns once it refuses (policies are
+/// loaded asynchronously), checked with a dry-run update.
+async fn refuse_tool_downgrades(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    nodewright: &str,
+) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["nodewright.nvidia.com"], "apiVersions": ["v1alpha1"],
+                "operations": ["UPDATE"], "resources": ["nodewrights"]
+            }]},
+            "matchConditions": [{"name": "this-test", "expression": format!("object.metadata.name == '{nodewright}'")}],
+            "validations": [{
+                "expression": "!('tool' in oldObject.spec.packages) || !('tool' in object.spec.packages) || object.spec.packages['tool'].version >= oldObject.spec.packages['tool'].version",
+                "message": "package \"tool\": downgrade not allowed (the test's stand-in for the webhook's guard)",
+                "reason": "Forbidden"
+            }]
+        }
+    }))
+    .expect("policy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]}
+    }))
+    .expect("binding");
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("ValidatingAdmissionPolicy created");
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding created");
+    let api: Api<NodeWright> = Api::all(client.clone());
+    let api = &api;
+    cluster
+        .wait_for("the downgrade guard in force", BOUND, || async move {
+            let dry = PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            };
+            let lower = json!({"spec": {"packages": {"tool": {"version": "0.0.1"}}}});
+            match api.patch(nodewright, &dry, &Patch::Merge(lower)).await {
+                Err(kube::Error::Api(e)) if e.message.contains("downgrade not allowed") => {
+                    Ok(Some(()))
+                }
+                _ => Ok(None),
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+async fn remove_admission_policy(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_admission_refuses_is_recorded_and_the_rollout_stays_stopped() {
+    use nodewright_shared::api::RollbackPhase;
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("rollback-refused")
+        .await
+        .expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
+    create_policy(
+        &client,
+        &ns,
+        json!({
+            "default": {"budget": {"count": 1},
+                        "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1,
+                                               "safetyLimit": 100}}},
+            "rollbackOnFailure": true
+        }),
+    )
+    .await;
+    let env = operator_env(&ns, format!("operator-{ns}"), 0);
+    let fails = support::fate_for("tool", "upgrade", PodFate::fail().exit_code(3));
+    let operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        Some(fails),
+        None,
+    );
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        &client,
+        &ns,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+    wait_complete_at(cluster, &client, &ns, 1).await;
+    let guard = format!("{ns}-no-downgrade");
+    refuse_tool_downgrades(cluster, &client, &guard, &ns).await;
+
+    // 2.0.0's upgrade fails on the first node: stopped, and the rollback to 1.0.0 is refused.
+    let failed_generation = patch_spec(
+        &client,
+        &ns,
+        json!({"spec": {"packages": {"tool": {"version": "2.0.0"}}}}),
+    )
+    .await;
+    let refused = wait_nodewright(cluster, &client, &ns, "rollback refused", |nw| {
+        nw.status
+            .as_ref()
+            .and_then(|s| s.rollback.as_ref())
+            .is_some_and(|r| r.phase != RollbackPhase::Pending)
+    })
+    .await;
+    let record = refused
+        .status
+        .as_ref()
+        .and_then(|s| s.rollback.clone())
+        .expect("rollback record");
+    assert_eq!(record.phase, RollbackPhase::Refused, "{record:?}");
+    assert_eq!(
+        (
+            record.failed_generation,
+            record.from_revision,
+            record.to_revision,
+            record.written_generation
+        ),
+        (failed_generation, None, Some(1), None)
+    );
+    assert!(
+        record
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("downgrade not allowed")),
+        "{record:?}"
+    );
+    assert_eq!(
+        refused.metadata.generation,
+        Some(failed_generation),
+        "nothing written"
+    );
+    assert!(
+        batch_state(&refused, DEFAULT_COMPARTMENT).should_stop,
+        "the rollout stays stopped"
+    );
+    let event = support::wait_event(cluster, &client, &ns, "RollbackRefused", "NodeWright").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("the automatic rollback to revision 1 was refused")),
+        "{event:?}"
+    );
+    // The second node never started 2.0.0.
+    let state = node_state(&client, &names[1], &ns)
+        .await
+        .expect("node state");
+    assert!(state.get("tool", "2.0.0").is_none(), "{state:?}");
+    remove_admission_policy(&client, &guard).await;
     operator.stop().await;
     delete_nodes(&client, &names).await;
 }

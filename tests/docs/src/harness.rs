@@ -63,6 +63,9 @@ pub struct Env {
     /// Base URL of the webhook's `/metrics`.
     pub webhook_metrics: String,
     fates: Fates,
+    /// A directory holding only `kubectl-nodewright` (the workspace's), on every shell block's
+    /// PATH: `kubectl nodewright ...` runs the plugin of this checkout.
+    plugin_dir: PathBuf,
     /// Seconds the operator's clock runs ahead of the system clock (`<!-- test: clock -->`).
     clock_offset: Arc<AtomicI64>,
     stop: CancellationToken,
@@ -99,6 +102,25 @@ mod tempfile_dir {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+}
+
+/// `<scratch>/plugin` holding a link to the workspace's `kubectl-nodewright` (built when not
+/// current; `NODEWRIGHT_CLI_BIN` names another).
+async fn plugin_dir(scratch: &Path) -> Result<PathBuf, HarnessError> {
+    let binary = tokio::task::spawn_blocking(|| {
+        nodewright_e2e::binaries::workspace_binary_of(
+            "NODEWRIGHT_CLI_BIN",
+            "nodewright-cli",
+            "kubectl-nodewright",
+        )
+    })
+    .await
+    .map_err(setup("building kubectl-nodewright"))?;
+    let dir = scratch.join("plugin");
+    std::fs::create_dir_all(&dir).map_err(setup("plugin directory"))?;
+    std::os::unix::fs::symlink(&binary, dir.join("kubectl-nodewright"))
+        .map_err(setup("linking kubectl-nodewright"))?;
+    Ok(dir)
 }
 
 async fn local_listener() -> Result<(TcpListener, String), HarnessError> {
@@ -186,6 +208,7 @@ impl Env {
         .await
         .map_err(setup("control plane"))?;
         let dir = tempfile_dir::Dir::new("nodewright-docs").map_err(setup("scratch dir"))?;
+        let plugin_dir = plugin_dir(dir.path()).await?;
         for namespace in [NAMESPACE, PACKAGE_NAMESPACE] {
             cluster
                 .kubectl(&["create", "namespace", namespace])
@@ -357,6 +380,7 @@ impl Env {
             operator_metrics_auth,
             webhook_metrics,
             fates,
+            plugin_dir,
             clock_offset,
             stop,
             webhook_stop,
@@ -405,7 +429,8 @@ impl Env {
             .map(|p| p.display().to_string())
             .unwrap_or_default();
         let path = format!(
-            "{bin}:{}",
+            "{bin}:{}:{}",
+            self.plugin_dir.display(),
             std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
         );
         vec![

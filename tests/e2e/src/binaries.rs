@@ -6,6 +6,12 @@ use std::path::{Path, PathBuf};
 /// `$override_var` when set, else `cargo build -p <name> --bin <name>` into the running test's
 /// target directory (a no-op when it is current), once per test process.
 pub fn workspace_binary(override_var: &str, name: &str) -> PathBuf {
+    workspace_binary_of(override_var, name, name)
+}
+
+/// [`workspace_binary`] for the binary `name` of the package `package` (e.g. the CLI's
+/// `kubectl-nodewright` of `nodewright-cli`).
+pub fn workspace_binary_of(override_var: &str, package: &str, name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
     if let Some(path) = std::env::var_os(override_var) {
         return PathBuf::from(path);
@@ -24,7 +30,7 @@ pub fn workspace_binary(override_var: &str, name: &str) -> PathBuf {
     let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = std::process::Command::new(cargo)
-        .args(["build", "-p", name, "--bin", name])
+        .args(["build", "-p", package, "--bin", name])
         .env("CARGO_TARGET_DIR", &target_dir)
         .current_dir(crate::repo_dir())
         .status()
