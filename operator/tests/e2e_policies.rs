@@ -1497,6 +1497,55 @@ fn v2_config_fails_on(node: String) -> JobHook {
     })
 }
 
+/// The ground of the rollback tests: a policy `ns` that stops at the first failed batch of one
+/// node (safetyLimit 100: at any progress) and rolls back, an operator with no retries and `hook`,
+/// and the NodeWright `ns` with `tool` 1.0.0 on `names` under it.
+async fn rollback_ground(
+    client: &kube::Client,
+    ns: &str,
+    names: &[String],
+    hook: JobHook,
+) -> Operator {
+    create_policy(
+        client,
+        ns,
+        json!({
+            "default": {"budget": {"count": 1},
+                        "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1,
+                                               "safetyLimit": 100}}},
+            "rollbackOnFailure": true
+        }),
+    )
+    .await;
+    let operator = start_rollback_operator(client, ns, hook);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        client,
+        ns,
+        ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.to_owned()),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+    operator
+}
+
+/// The operator of a rollback test: no retries, `hook` on every Job.
+fn start_rollback_operator(client: &kube::Client, ns: &str, hook: JobHook) -> Operator {
+    let env = operator_env(ns, format!("operator-{ns}"), 0);
+    spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        Some(hook),
+        None,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_rollout_rolls_back_once_to_the_last_good_revision() {
     use nodewright_shared::api::RollbackPhase;
@@ -1507,43 +1556,8 @@ async fn a_stopped_rollout_rolls_back_once_to_the_last_good_revision() {
         .await
         .expect("namespace");
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[]), ("n2", &[])]).await;
-    // One node per batch; the first failed batch stops the rollout (safetyLimit 100: at any
-    // progress) and rolls it back.
-    create_policy(
-        &client,
-        &ns,
-        json!({
-            "default": {"budget": {"count": 1},
-                        "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1,
-                                               "safetyLimit": 100}}},
-            "rollbackOnFailure": true
-        }),
-    )
-    .await;
-    let start = |client: &kube::Client| {
-        let env = operator_env(&ns, format!("operator-{ns}"), 0);
-        spawn_operator(
-            client.clone(),
-            &env,
-            format!("{SUITE_LABEL}={ns}"),
-            Some(v2_config_fails_on(names[1].clone())),
-            None,
-        )
-    };
-    let operator = start(&client);
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodewright(
-        &client,
-        &ns,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            deployment_policy: Some(ns.clone()),
-            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
-            ..Default::default()
-        },
-    )
-    .await;
+    let hook = v2_config_fails_on(names[1].clone());
+    let operator = rollback_ground(&client, &ns, &names, hook.clone()).await;
     let v1 = wait_complete_at(cluster, &client, &ns, 1).await;
     assert_eq!(revisions_of(&v1), [(1, "tool:1.0.0".to_owned())]);
 
@@ -1599,7 +1613,7 @@ async fn a_stopped_rollout_rolls_back_once_to_the_last_good_revision() {
 
     // An operator restart right after: nothing is rolled back again.
     operator.kill().await;
-    let operator = start(&client);
+    let operator = start_rollback_operator(&client, &ns, hook);
     let done = wait_complete_at(cluster, &client, &ns, failed_generation + 1).await;
     assert_eq!(
         done.metadata.generation,
@@ -1732,39 +1746,8 @@ async fn a_rollback_admission_refuses_is_recorded_and_the_rollout_stays_stopped(
         .await
         .expect("namespace");
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
-    create_policy(
-        &client,
-        &ns,
-        json!({
-            "default": {"budget": {"count": 1},
-                        "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1,
-                                               "safetyLimit": 100}}},
-            "rollbackOnFailure": true
-        }),
-    )
-    .await;
-    let env = operator_env(&ns, format!("operator-{ns}"), 0);
     let fails = support::fate_for("tool", "upgrade", PodFate::fail().exit_code(3));
-    let operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        Some(fails),
-        None,
-    );
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodewright(
-        &client,
-        &ns,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            deployment_policy: Some(ns.clone()),
-            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
-            ..Default::default()
-        },
-    )
-    .await;
+    let operator = rollback_ground(&client, &ns, &names, fails).await;
     wait_complete_at(cluster, &client, &ns, 1).await;
     let guard = format!("{ns}-no-downgrade");
     refuse_tool_downgrades(cluster, &client, &guard, &ns).await;

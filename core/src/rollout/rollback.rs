@@ -401,6 +401,14 @@ mod tests {
         );
     }
 
+    /// The due rollback of `nw`.
+    fn record_of(nw: &NodeWright) -> AutomaticRollback {
+        nw.status
+            .as_ref()
+            .and_then(|s| s.rollback.clone())
+            .expect("a rollback record")
+    }
+
     /// The status `nw` has after its write of `new` over its current one, with `mark` applied.
     fn write(nw: &mut NodeWright, stop: bool, enabled: bool) -> bool {
         let old = nw.status.clone().unwrap_or_default();
@@ -417,11 +425,7 @@ mod tests {
         assert!(!write(&mut nw.clone(), true, false), "not enabled");
         assert!(!write(&mut nw, false, true), "nothing stopped");
         assert!(write(&mut nw, true, true));
-        let due = nw
-            .status
-            .as_ref()
-            .and_then(|s| s.rollback.clone())
-            .expect("due");
+        let due = record_of(&nw);
         assert_eq!(
             (
                 due.phase,
@@ -437,7 +441,7 @@ mod tests {
         // A spec that never completed anywhere rolls back to the newest revision.
         let mut fresh = nodewright("3.0.0", 4);
         assert!(write(&mut fresh, true, true));
-        let due = fresh.status.and_then(|s| s.rollback).expect("due");
+        let due = record_of(&fresh);
         assert_eq!((due.from_revision, due.to_revision), (None, Some(2)));
     }
 
@@ -469,11 +473,7 @@ mod tests {
         // The rollback's own rollout stops: due again, but never written again.
         stopped(nw.status.as_mut().expect("status"), false);
         write(&mut nw, true, true);
-        let due = nw
-            .status
-            .as_ref()
-            .and_then(|s| s.rollback.clone())
-            .expect("due");
+        let due = record_of(&nw);
         assert_eq!(due.written_generation, Some(4), "kept across the new mark");
         let Next::Record { outcome, reset } = next(&nw, at(14)) else {
             panic!("a record");
@@ -561,11 +561,7 @@ mod tests {
     fn the_events_name_both_revisions_and_what_changes() {
         let mut nw = nodewright("2.0.0", 3);
         write(&mut nw, true, true);
-        let due = nw
-            .status
-            .as_ref()
-            .and_then(|s| s.rollback.clone())
-            .expect("due");
+        let due = record_of(&nw);
         let done = written(&due, 4, at(12));
         let (reason, message, warning) =
             event(&done, Some(&packages("2.0.0")), Some(&packages("1.0.0")));

@@ -155,3 +155,33 @@ async fn record(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, message: &str) -> WriteError {
+        WriteError::Api(kube::Error::Api(
+            kube::core::Status::failure(message, "")
+                .with_code(code)
+                .boxed(),
+        ))
+    }
+
+    /// Admission and validation refusals end the rollback (recorded once); a conflict, a server
+    /// failure (the webhook unreachable) or an ended term leave it due, to be retried.
+    #[test]
+    fn only_a_refusal_for_good_is_recorded() {
+        for code in [400, 403, 422] {
+            assert_eq!(
+                refusal(&api(code, "denied the request: downgrade not allowed")).as_deref(),
+                Some("denied the request: downgrade not allowed"),
+                "{code}"
+            );
+        }
+        for code in [404, 409, 429, 500, 503] {
+            assert_eq!(refusal(&api(code, "try again")), None, "{code}");
+        }
+        assert_eq!(refusal(&WriteError::TermEnded), None);
+    }
+}
