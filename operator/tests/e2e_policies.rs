@@ -1244,6 +1244,23 @@ async fn a_deleted_nodewrights_metric_series_are_removed() {
     delete_nodes(&client, &names).await;
 }
 
+/// Creates the NodeWright `ns`: package `tool` 1.0.0 on `names`, under the DeploymentPolicy `ns`.
+async fn create_tool_nodewright(client: &kube::Client, ns: &str, names: &[String]) {
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    create_nodewright(
+        client,
+        ns,
+        ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&refs),
+            deployment_policy: Some(ns.to_owned()),
+            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+}
+
 /// Starts the test's operator on a clock `offset` seconds ahead of the system's, and the NodeWright
 /// `ns` (package `tool` on `names`, under the DeploymentPolicy `ns`).
 async fn start_clocked(
@@ -1263,19 +1280,7 @@ async fn start_clocked(
         },
         None,
     );
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodewright(
-        client,
-        ns,
-        ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            deployment_policy: Some(ns.to_owned()),
-            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
-            ..Default::default()
-        },
-    )
-    .await;
+    create_tool_nodewright(client, ns, names).await;
     operator
 }
 
@@ -1518,19 +1523,7 @@ async fn rollback_ground(
     )
     .await;
     let operator = start_rollback_operator(client, ns, hook);
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodewright(
-        client,
-        ns,
-        ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            deployment_policy: Some(ns.to_owned()),
-            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
-            ..Default::default()
-        },
-    )
-    .await;
+    create_tool_nodewright(client, ns, names).await;
     operator
 }
 
