@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use nodewright_core::jobs::{DEFAULT_RUNTIME_REQUIRED_TAINT, RuntimeTaint};
+use nodewright_core::rollout::disruption::MaxDisrupted;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use nodewright_shared::defaults::OperatorDefaults;
 use nodewright_shared::keys;
@@ -257,9 +258,21 @@ async fn find_operator(ctx: &Ctx) -> Result<Option<Operator>> {
     }))
 }
 
+/// The operator settings a preview needs.
+pub struct OperatorSettings {
+    /// The defaults it fills into NodeWrights.
+    pub defaults: OperatorDefaults,
+    /// Its runtime-required taint.
+    pub runtime_taint: RuntimeTaint,
+    /// Its cluster-wide disruption cap (`MAX_DISRUPTED_NODES`), if it has one.
+    pub max_disrupted: Option<MaxDisrupted>,
+    /// Where they came from.
+    pub source: String,
+}
+
 /// The operator settings a preview needs, from its Deployment's environment when it is found
 /// (else the defaults), and where they came from.
-pub async fn operator_settings(ctx: &Ctx) -> Result<(OperatorDefaults, RuntimeTaint, String)> {
+pub async fn operator_settings(ctx: &Ctx) -> Result<OperatorSettings> {
     let found = operator(ctx).await?;
     let env = found.as_ref().map(|o| o.env.clone()).unwrap_or_default();
     let defaults = OperatorDefaults::from_lookup(|var| env.get(var).cloned()).map_err(|e| {
@@ -274,6 +287,16 @@ pub async fn operator_settings(ctx: &Ctx) -> Result<(OperatorDefaults, RuntimeTa
             "the operator's RUNTIME_REQUIRED_TAINT is not valid: {e}"
         ))
     })?;
+    let max_disrupted = env
+        .get("MAX_DISRUPTED_NODES")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| MaxDisrupted::parse(v))
+        .transpose()
+        .map_err(|e| {
+            CliError::Invalid(format!(
+                "the operator's MAX_DISRUPTED_NODES is not valid: {e}"
+            ))
+        })?;
     let source = found.map_or_else(
         || {
             format!(
@@ -283,7 +306,12 @@ pub async fn operator_settings(ctx: &Ctx) -> Result<(OperatorDefaults, RuntimeTa
         },
         |o| format!("the configuration of {}", o.deployment),
     );
-    Ok((defaults, taint, source))
+    Ok(OperatorSettings {
+        defaults,
+        runtime_taint: taint,
+        max_disrupted,
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ use crate::naming::{interrupt_job_name, package_job_name};
 use crate::node::record::{Record, apply_record};
 use crate::node::state::parse_state;
 use crate::rollout::compartments::Compartment;
+use crate::rollout::disruption::{CapState, MaxDisrupted};
 use crate::rollout::parts::{
     PassParts, annotation_on, defaulted_policy, own_jobs, pass_parts, selected_nodes,
 };
@@ -74,6 +75,8 @@ pub struct Snapshot {
     pub defaults: OperatorDefaults,
     /// The operator's runtime-required taint.
     pub runtime_taint: RuntimeTaint,
+    /// The operator's cluster-wide disruption cap (`MAX_DISRUPTED_NODES`), if it has one.
+    pub max_disrupted: Option<MaxDisrupted>,
     /// The clock of the first pass.
     pub now: Timestamp,
 }
@@ -106,6 +109,21 @@ pub struct Preview {
     /// then (the batches shown start then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// The operator's cluster-wide disruption cap, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disruption_cap: Option<CapPreview>,
+}
+
+/// The operator's cluster-wide disruption cap as the preview found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapPreview {
+    /// As configured: `10 nodes`, `5% of the cluster's nodes`.
+    pub cap: String,
+    /// Most nodes NodeWrights may hold cordoned at once in this cluster.
+    pub limit: usize,
+    /// Nodes NodeWrights hold cordoned now.
+    pub disrupted: usize,
 }
 
 /// One compartment of the rollout.
@@ -246,6 +264,14 @@ pub enum Blocker {
         /// When the soak ends (RFC 3339).
         until: String,
     },
+    /// The operator's cluster-wide disruption cap is full: the node's disruptive stages wait for
+    /// a node some NodeWright releases.
+    DisruptionCap {
+        /// Most nodes disrupted at once.
+        limit: usize,
+        /// Nodes disrupted now.
+        disrupted: usize,
+    },
     /// Its compartment's rollout stopped (failed batches reached the failure threshold).
     Stopped {
         /// Compartment.
@@ -381,6 +407,13 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
     let old_status = nw.status.clone().unwrap_or_default();
     let (now_status, now) = world.decide(&nw, old_status, &nodes, paused, disabled, 0);
     let now_input = world.input(&nw, &now_status, &nodes, paused, disabled, 0);
+    // The cordons the cap holds back now (the slots granted in rollout order).
+    let cap = snapshot
+        .max_disrupted
+        .map(|c| CapState::of(c, every_node.iter().map(AsRef::as_ref)));
+    let held_by_cap: BTreeSet<String> = cap
+        .map(|c| pass::cap_holds(&now, &now_input, c).into_iter().collect())
+        .unwrap_or_default();
     // Then pass after pass, as if resumed and enabled, every stage succeeding.
     let unsoaked: Vec<Compartment> = parts
         .compartments
@@ -412,6 +445,12 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         let run = sim.runs.get(&node_name);
         let batch = sim.batch_of.get(&node_name).copied();
         let mut blockers = world.blockers(&now_input, &now, node, paused, disabled);
+        if let Some(cap) = cap.filter(|_| held_by_cap.contains(&node_name)) {
+            blockers.push(Blocker::DisruptionCap {
+                limit: cap.limit,
+                disrupted: cap.disrupted,
+            });
+        }
         if !now.works_on(&now_input, &node_name)
             && blockers.is_empty()
             && !row.complete
@@ -492,6 +531,14 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         nodes: previews,
         windows: parts.windows.describe(),
         waiting_for: parts.windows.waiting(snapshot.now),
+        disruption_cap: snapshot
+            .max_disrupted
+            .zip(cap)
+            .map(|(c, state)| CapPreview {
+                cap: c.to_string(),
+                limit: state.limit,
+                disrupted: state.disrupted,
+            }),
     })
 }
 
@@ -1093,6 +1140,7 @@ mod tests {
             defaults: OperatorDefaults::default(),
             runtime_taint: RuntimeTaint::parse(crate::jobs::DEFAULT_RUNTIME_REQUIRED_TAINT)
                 .expect("taint"),
+            max_disrupted: None,
             now: Timestamp::from_second(1_000).expect("timestamp"),
         }
     }
@@ -1106,6 +1154,69 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// The cluster-wide cap: one node of the cluster is cordoned by another NodeWright, the cap
+    /// is 2, so of the three nodes whose reboot package wants a cordon now the first in rollout
+    /// order gets the free slot and the other two wait for the cap.
+    #[test]
+    fn a_full_disruption_cap_holds_the_cordons_past_its_free_slots() {
+        let nw = nodewright(
+            "nw",
+            &[("driver", package(&[], Some(InterruptType::Reboot)))],
+        );
+        let mut other = node("busy", 0);
+        other.metadata.annotations = Some(BTreeMap::from([(
+            keys::cordon_key("other"),
+            "true".to_owned(),
+        )]));
+        let nodes = vec![node("n0", 1), node("n1", 2), node("n2", 3), other];
+        let mut snap = snapshot(nw, nodes);
+        snap.nodewright.spec.node_selectors = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: "kubernetes.io/hostname".into(),
+                        operator: "In".into(),
+                        values: Some(names(&["n0", "n1", "n2"])),
+                    },
+                ]),
+                ..Default::default()
+            },
+        );
+        for n in &mut snap.nodes {
+            let name = n.name_any();
+            n.labels_mut().insert("kubernetes.io/hostname".into(), name);
+        }
+        snap.max_disrupted = Some(MaxDisrupted::Count(2));
+        let p = preview(&snap).expect("preview");
+        assert_eq!(
+            p.disruption_cap,
+            Some(CapPreview {
+                cap: "2 nodes".into(),
+                limit: 2,
+                disrupted: 1
+            })
+        );
+        let held = |name: &str| {
+            p.nodes
+                .iter()
+                .find(|n| n.name == name)
+                .expect("node")
+                .blockers
+                .contains(&Blocker::DisruptionCap {
+                    limit: 2,
+                    disrupted: 1,
+                })
+        };
+        assert!(!held("n0"), "{p:#?}");
+        assert!(held("n1") && held("n2"), "{p:#?}");
+
+        // Without a cap nothing is held.
+        snap.max_disrupted = None;
+        let p = preview(&snap).expect("preview");
+        assert_eq!(p.disruption_cap, None);
+        assert!(p.nodes.iter().all(|n| n.blockers.is_empty()), "{p:#?}");
     }
 
     #[test]

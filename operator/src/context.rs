@@ -101,6 +101,8 @@ pub struct Context {
     /// namespace ([`crate::runtime::legacy_jobs`]): its Jobs are read and recorded there, and no Job
     /// is created until they are settled.
     pub settling_legacy: bool,
+    /// The cluster-wide disruption cap's slots (`MAX_DISRUPTED_NODES`), shared by every pass.
+    pub disruption: crate::rollout::disruption_cap::DisruptionCap,
 }
 
 impl Context {
@@ -129,6 +131,7 @@ impl Context {
     pub fn forget_nodewright(&self, name: &str) {
         self.metrics.forget(name);
         self.writer.forget_nodewright(name);
+        self.disruption.forget(name);
     }
 
     /// [`Context::forget_nodewright`] for every NodeWright the store no longer has: after a relist,
@@ -142,6 +145,7 @@ impl Context {
             .collect();
         self.metrics.retain(|name| live.contains(name));
         self.writer.retain_nodewrights(|name| live.contains(name));
+        self.disruption.retain(|name| live.contains(name));
     }
 
     /// The DeploymentPolicy `name` as the policy store has it (as stored: the caller applies the
@@ -204,6 +208,9 @@ impl Context {
             writer: crate::writes::Writer::new(client, &config.jobs.namespace, term),
             metrics: crate::metrics::nodewright_gauges::StateMetrics::default(),
             settling_legacy: false,
+            disruption: crate::rollout::disruption_cap::DisruptionCap::new(
+                config.max_disrupted_nodes,
+            ),
             config: Arc::new(config),
         }
     }

@@ -170,6 +170,9 @@ pub async fn run_instrumented(
             ),
             metrics: state_metrics.clone(),
             settling_legacy,
+            disruption: crate::rollout::disruption_cap::DisruptionCap::new(
+                config.max_disrupted_nodes,
+            ),
         });
         // The certificate controller is leader-only like the reconcilers, and ends with the term.
         let certs = options.webhook_certs.clone().map(|settings| {

@@ -465,7 +465,7 @@ pub async fn run(ctx: &Ctx, args: &MigrateArgs) -> Result<()> {
         .iter()
         .map(ResourceExt::name_any)
         .collect();
-    let (_, our_taint, _) = cluster::operator_settings(ctx).await?;
+    let our_taint = cluster::operator_settings(ctx).await?.runtime_taint;
     let names: Vec<String> = converted.iter().map(|c| c.nodewright.name_any()).collect();
     let nodes = cluster::nodes(ctx).await?;
     let mut node_edits = Vec::new();

@@ -109,6 +109,12 @@ pub fn explain(b: &Blocker, nodewright: &str, node: &str) -> (String, Option<Str
             ),
             None,
         ),
+        Blocker::DisruptionCap { limit, disrupted } => (
+            format!(
+                "the operator's cluster-wide disruption cap is full ({disrupted} of {limit} nodes cordoned by NodeWrights): its disruptive stages start when a node is released, the first NodeWright by priority, then age, first"
+            ),
+            None,
+        ),
         Blocker::Stopped { compartment } => (
             format!(
                 "the rollout of compartment {compartment} stopped: its failed batches reached the failure threshold"
@@ -239,6 +245,12 @@ impl Render for PlanReport {
         if let Some(waiting) = &p.waiting_for {
             out.push_str(&format!(
                 "Closed now, {waiting}: nodes in progress finish, the batches below start then.\n"
+            ));
+        }
+        if let Some(cap) = &p.disruption_cap {
+            out.push_str(&format!(
+                "Cluster-wide disruption cap (the operator's MAX_DISRUPTED_NODES): {} ({} here), {} cordoned by NodeWrights now.\n",
+                cap.cap, cap.limit, cap.disrupted
             ));
         }
         if p.deleting {
@@ -415,7 +427,7 @@ pub async fn snapshot(
     file_policies: Vec<DeploymentPolicy>,
 ) -> Result<(Snapshot, String)> {
     let name = nodewright.name_any();
-    let (defaults, runtime_taint, source) = cluster::operator_settings(ctx).await?;
+    let settings = cluster::operator_settings(ctx).await?;
     let mut policies: BTreeMap<String, DeploymentPolicy> = cluster::policies(ctx)
         .await?
         .into_iter()
@@ -432,11 +444,12 @@ pub async fn snapshot(
             policies: policies.into_values().collect(),
             jobs: cluster::jobs(ctx, None).await?,
             configmaps: cluster::configmaps(ctx, &name).await?,
-            defaults,
-            runtime_taint,
+            defaults: settings.defaults,
+            runtime_taint: settings.runtime_taint,
+            max_disrupted: settings.max_disrupted,
             now: Timestamp::now(),
         },
-        source,
+        settings.source,
     ))
 }
 
@@ -498,6 +511,7 @@ mod tests {
                 nodes: Vec::new(),
                 windows: vec!["every day 22:00-04:00 (next day) Europe/Berlin".into()],
                 waiting_for: Some(waiting.clone()),
+                disruption_cap: None,
             },
             operator_settings: "defaults".into(),
             file: None,
@@ -516,6 +530,52 @@ mod tests {
         let (why, fix) = explain(&Blocker::Window { waiting }, "nw", "n0");
         assert!(
             why.starts_with("waiting for window (opens 2026-12-03T22:00+01:00): its DeploymentPolicy's maintenance windows are closed"),
+            "{why}"
+        );
+        assert_eq!(fix, None);
+    }
+
+    #[test]
+    fn the_plan_shows_the_disruption_cap_and_why_names_it() {
+        let report = PlanReport {
+            preview: Preview {
+                nodewright: "nw".into(),
+                deployment_policy: None,
+                missing_policy: false,
+                paused: false,
+                disabled: false,
+                deleting: false,
+                not_selected: 0,
+                compartments: Vec::new(),
+                nodes: Vec::new(),
+                windows: Vec::new(),
+                waiting_for: None,
+                disruption_cap: Some(nodewright_core::preview::CapPreview {
+                    cap: "10% of the cluster's nodes".into(),
+                    limit: 3,
+                    disrupted: 3,
+                }),
+            },
+            operator_settings: "defaults".into(),
+            file: None,
+        };
+        let text = report.table(false);
+        assert!(
+            text.contains(
+                "Cluster-wide disruption cap (the operator's MAX_DISRUPTED_NODES): 10% of the cluster's nodes (3 here), 3 cordoned by NodeWrights now.\n"
+            ),
+            "{text}"
+        );
+        let (why, fix) = explain(
+            &Blocker::DisruptionCap {
+                limit: 3,
+                disrupted: 3,
+            },
+            "nw",
+            "n0",
+        );
+        assert!(
+            why.starts_with("the operator's cluster-wide disruption cap is full (3 of 3 nodes cordoned by NodeWrights)"),
             "{why}"
         );
         assert_eq!(fix, None);

@@ -1,6 +1,7 @@
 //! The pure half of the NodeWright rollout (DESIGN §4, upstream-operator.md §2): which nodes a
 //! NodeWright selects and admits ([`selection`], [`compartments`], [`budget`], [`batches`],
-//! [`priority`]), the maintenance windows ([`windows`]), the stage machine on one node ([`stages`], [`graph`], [`plan`]), the pass that
+//! [`priority`]), the maintenance windows ([`windows`]), the cluster-wide disruption cap
+//! ([`disruption`]), the stage machine on one node ([`stages`], [`graph`], [`plan`]), the pass that
 //! decides over all of them ([`pass`]) and the status it produces ([`status`], [`uninstall`]), with the
 //! revision history and the automatic rollback ([`history`], [`spec_diff`], [`rollback`]). The
 //! operator's reconciler reads the cluster, calls these and carries out what they decide.
@@ -10,6 +11,7 @@ pub mod batches;
 pub(crate) mod budget;
 pub(crate) mod compartments;
 pub mod config_updates;
+pub mod disruption;
 pub mod graph;
 pub mod history;
 pub mod parts;

@@ -16,6 +16,7 @@ use nodewright_shared::node_state::{NodeState, State};
 
 use super::budget::{Slot, admit};
 use super::compartments::Compartment;
+use super::disruption::{self, CapState};
 use super::graph;
 use super::plan::{Plan, plan_node};
 use super::priority::{self, Gate};
@@ -25,6 +26,7 @@ use super::windows::Schedule;
 use super::{absorb, batches};
 use super::{reboots, uninstall};
 use crate::jobs::read::JobIndex;
+use crate::node::cordon;
 use crate::node::state::parse_state;
 
 /// What one pass decides from.
@@ -108,6 +110,10 @@ pub struct PassDecision<'c> {
     pub waiting_for: Option<String>,
     /// When what holds them back ends (the window opens, the soak is over): the pass's wake-up.
     pub wake_at: Option<Timestamp>,
+    /// The cluster-wide disruption cap held back the cordon of some node this pass works on: the
+    /// cap as counted then. Set by whoever grants the cap's slots (the operator's ledger, the
+    /// preview's [`cap_holds`]); `status.waitingFor` says so.
+    pub held_by_cap: Option<CapState>,
 }
 
 impl PassDecision<'_> {
@@ -150,6 +156,47 @@ impl PassDecision<'_> {
             facts.active && !facts.blocked && !row.waits
         })
     }
+
+    /// The nodes this pass works on whose plan takes a new cordon, in rollout order: what asks the
+    /// cluster-wide disruption cap for a slot.
+    pub fn cordons_wanted<'n>(&self, input: &'n PassInput<'_>) -> Vec<&'n Arc<Node>> {
+        let nw = input.nodewright.name_any();
+        input
+            .nodes
+            .iter()
+            .filter(|n| {
+                let name = n.name_any();
+                self.works_on(input, &name)
+                    && self
+                        .rows
+                        .get(&name)
+                        .and_then(|r| r.plan.as_ref())
+                        .is_some_and(|p| p.cordon)
+                    && !cordon::holds_cordon(n, &nw)
+            })
+            .collect()
+    }
+}
+
+/// Which of the pass's wanted cordons ([`PassDecision::cordons_wanted`]) the cluster-wide
+/// disruption cap holds back when slots are granted in rollout order, with nobody else asking: the
+/// nodes past the free slots, among those no NodeWright has cordoned yet. The operator grants slots
+/// through its ledger instead (other NodeWrights ask at the same time); the preview uses this.
+pub fn cap_holds(decision: &PassDecision<'_>, input: &PassInput<'_>, cap: CapState) -> Vec<String> {
+    let mut free = cap.free();
+    decision
+        .cordons_wanted(input)
+        .into_iter()
+        .filter(|n| disruption::takes_slot(n))
+        .filter_map(|n| {
+            if free > 0 {
+                free -= 1;
+                None
+            } else {
+                Some(n.name_any())
+            }
+        })
+        .collect()
 }
 
 /// Whether the node has work recorded for a current package that is not complete: it was admitted
@@ -308,6 +355,7 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
         node_priority,
         node_order_offset: offset,
         waiting_for: waiting_for(input, held_by_window, &soaking),
+        held_by_cap: None,
         wake_at: held_by_window
             .then(|| window.opens().map(|z| z.timestamp()))
             .flatten()
@@ -334,6 +382,15 @@ fn waiting_for(
         ));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// `status.waitingFor` with the disruption cap's part when it held a node back.
+fn with_cap(waiting_for: Option<String>, held_by_cap: Option<CapState>) -> Option<String> {
+    let cap = held_by_cap.map(CapState::waiting);
+    match (waiting_for, cap) {
+        (Some(w), Some(c)) => Some(format!("{w}; {c}")),
+        (w, c) => w.or(c),
+    }
 }
 
 /// How `status.waitingFor` names a soaking batch (the metric reads the batch state instead).
@@ -461,7 +518,7 @@ pub fn finish(
             node_boot_ids: reboots::current_ids(&input.old_status.node_boot_ids, input.nodes),
             config_updates: input.old_status.config_updates.clone(),
             uninstall_conditions,
-            waiting_for: decision.waiting_for,
+            waiting_for: with_cap(decision.waiting_for, decision.held_by_cap),
             // Kept as read; the operator records the pass's revision and rollback into them.
             revisions: input.old_status.revisions.clone(),
             rollback: input.old_status.rollback.clone(),

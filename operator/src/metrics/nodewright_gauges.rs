@@ -14,6 +14,8 @@
 //!   last_batch_size, last_batch_failed, soaking — 0 without a strategy);
 //! - `nodewright_rollout_waiting_for_window{nodewright_name,policy_name}`: 1 while a closed
 //!   maintenance window holds nodes back (`status.waitingFor`);
+//! - `nodewright_rollout_waiting_for_disruption_cap{nodewright_name,policy_name}`: 1 while the
+//!   cluster-wide disruption cap holds a node's cordon back (`status.waitingFor`);
 //! - `nodewright_reconcile_total{controller,result}`: reconciles run, by outcome.
 //!
 //! The values are computed by the pure [`samples`] from the status the rollout reconciler just
@@ -103,10 +105,12 @@ pub enum Gauges {
     RolloutWaitingForWindow,
     /// `rollout_soaking`.
     RolloutSoaking,
+    /// `rollout_waiting_for_disruption_cap`.
+    RolloutWaitingForDisruptionCap,
 }
 
 impl Gauges {
-    const ALL: [Gauges; 20] = [
+    const ALL: [Gauges; 21] = [
         Gauges::Status,
         Gauges::NodeStatusCount,
         Gauges::NodeTargetCount,
@@ -127,10 +131,11 @@ impl Gauges {
         Gauges::RolloutLastBatchFailed,
         Gauges::RolloutWaitingForWindow,
         Gauges::RolloutSoaking,
+        Gauges::RolloutWaitingForDisruptionCap,
     ];
 
     /// Every gauge.
-    pub fn all() -> [Gauges; 20] {
+    pub fn all() -> [Gauges; 21] {
         Self::ALL
     }
 
@@ -207,6 +212,10 @@ impl Gauges {
                 "rollout_soaking",
                 "1 while the compartment's finished batch soaks before the next starts",
             ),
+            Gauges::RolloutWaitingForDisruptionCap => (
+                "rollout_waiting_for_disruption_cap",
+                "1 while the operator's cluster-wide disruption cap holds a node's cordon back",
+            ),
         }
     }
 
@@ -229,7 +238,9 @@ impl Gauges {
                 "stage",
             ],
             Gauges::PackageRestartsCount => &["nodewright_name", "package_name", "package_version"],
-            Gauges::RolloutWaitingForWindow => &["nodewright_name", "policy_name"],
+            Gauges::RolloutWaitingForWindow | Gauges::RolloutWaitingForDisruptionCap => {
+                &["nodewright_name", "policy_name"]
+            }
             _ => &[
                 "nodewright_name",
                 "policy_name",
@@ -341,6 +352,15 @@ pub fn samples(
         Gauges::RolloutWaitingForWindow,
         labels(&[("nodewright_name", name), ("policy_name", policy)]),
         i64::from(waiting),
+    );
+    let capped = status.waiting_for.as_deref().is_some_and(|w| {
+        w.split("; ")
+            .any(|part| part.starts_with(nodewright_core::rollout::disruption::WAITING))
+    });
+    push(
+        Gauges::RolloutWaitingForDisruptionCap,
+        labels(&[("nodewright_name", name), ("policy_name", policy)]),
+        i64::from(capped),
     );
     for (compartment, c) in &status.compartment_statuses {
         let strategy = strategies.get(compartment).copied().unwrap_or("unknown");

@@ -18,6 +18,7 @@ use kube::ResourceExt;
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::state::{parse_state, status_edit};
 use nodewright_core::node::{conditions, cordon};
+use nodewright_core::rollout::disruption::CapState;
 use nodewright_core::rollout::pass::{self, PassDecision, PassInput};
 use nodewright_core::rollout::runtime_taint;
 use nodewright_core::rollout::status::any_erroring;
@@ -76,10 +77,13 @@ struct Done {
     state: Option<NodeState>,
     status: Status,
     draining: bool,
+    cap_held: Option<CapState>,
     error: Option<ReconcileError>,
 }
 
-/// Acts on every selected node of the decision. A node's failure does not stop the others.
+/// Acts on every selected node of the decision. A node's failure does not stop the others. The
+/// nodes whose cordon the cluster-wide disruption cap held back are noted in the decision
+/// ([`PassDecision::held_by_cap`]).
 pub async fn act_on_nodes(
     ctx: &Context,
     input: &PassInput<'_>,
@@ -164,6 +168,8 @@ pub async fn act_on_nodes(
     let mut errors = BTreeMap::new();
     for d in done {
         acted.draining |= d.draining;
+        // The cap as the last node held saw it (the most disrupted nodes).
+        decision.held_by_cap = decision.held_by_cap.max(d.cap_held);
         if let Some(e) = d.error {
             errors.insert(d.name.clone(), e);
         }
@@ -192,6 +198,7 @@ async fn act_on_node(
         state: None,
         status: Status::Blocked,
         draining: false,
+        cap_held: None,
         error: None,
     };
     match act {
@@ -203,6 +210,7 @@ async fn act_on_node(
             {
                 Ok(result) => {
                     done.draining = result.draining;
+                    done.cap_held = result.cap_held;
                     done.state = Some(result.state);
                     done.status = result.status;
                 }

@@ -10,6 +10,7 @@ pub mod auto_rollback;
 pub mod auto_taint;
 pub mod config_sync;
 pub mod configmaps;
+pub mod disruption_cap;
 pub mod drain;
 pub mod finalizer;
 pub mod job_ops;
@@ -24,6 +25,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use nodewright_core::jobs::read::JobIndex;
 use nodewright_core::node::state::parse_state;
+use nodewright_core::rollout::disruption::{self, Rank};
 use nodewright_core::rollout::parts::{
     PassParts, annotation_on, defaulted_policy, own_jobs, pass_parts, selected_nodes,
 };
@@ -46,6 +48,11 @@ const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);
 pub const WAITING_FOR_WINDOW: &str = "WaitingForWindow";
 /// The Event reason of a finished batch that starts its soak.
 pub const BATCH_SOAKING: &str = "BatchSoaking";
+/// The Event reason of a rollout the cluster-wide disruption cap starts holding back.
+pub const WAITING_FOR_DISRUPTION_CAP: &str = "WaitingForDisruptionCap";
+/// Requeue while the cluster-wide disruption cap holds a cordon back: the node another NodeWright
+/// releases wakes only the NodeWrights that select it.
+const CAP_RECHECK: Duration = Duration::from_secs(5);
 /// Requeue while a node drains: evicted pods going away trigger nothing the operator watches.
 const DRAIN_RECHECK: Duration = Duration::from_secs(2);
 /// Passes run at once (over distinct NodeWrights; one NodeWright never has two). Unbounded, every
@@ -322,6 +329,8 @@ async fn decide_and_act(
 
     let acted = acts::act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
     let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
+    let held_by_cap = decision.held_by_cap.is_some();
+    ctx.disruption.settle(&Rank::of(&nw), held_by_cap);
 
     let wake_at = decision.wake_at;
     let mut status = pass::finish(&input, &compartments, decision, results);
@@ -355,6 +364,18 @@ async fn decide_and_act(
                 nodewright,
                 WAITING_FOR_WINDOW,
                 format!("No new node starts until the next maintenance window: {waiting}"),
+                None,
+            )
+            .await;
+    }
+    if let Some(waiting) = cap_waiting(&status).filter(|_| cap_waiting(&first_status).is_none()) {
+        ctx.events
+            .on_nodewright(
+                nodewright,
+                WAITING_FOR_DISRUPTION_CAP,
+                format!(
+                    "Disruptive stages wait: {waiting}; the first NodeWright by priority, then age, gets the next node released"
+                ),
                 None,
             )
             .await;
@@ -399,10 +420,19 @@ async fn decide_and_act(
     }
     Ok(match rollup {
         _ if draining => Action::requeue(DRAIN_RECHECK),
+        _ if held_by_cap => Action::requeue(CAP_RECHECK),
         _ if let Some(wait) = window_wake => Action::requeue(wait.min(IN_FLIGHT_RESYNC)),
         Some(Status::Complete) => Action::requeue(ctx.config.default_interval),
         _ => Action::requeue(IN_FLIGHT_RESYNC),
     })
+}
+
+/// The disruption cap's part of `status.waitingFor`, when it holds nodes back.
+fn cap_waiting(status: &NodeWrightStatus) -> Option<&str> {
+    let waiting = status.waiting_for.as_deref()?;
+    waiting
+        .split("; ")
+        .find(|part| part.starts_with(disruption::WAITING))
 }
 
 /// The reason and message of the condition `type_` when `new` sets it True, or True for another

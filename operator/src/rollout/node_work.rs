@@ -24,6 +24,7 @@ use nodewright_core::node::cordon;
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::state::{parse_state, status_edit};
 use nodewright_core::rollout::absorb;
+use nodewright_core::rollout::disruption::{CapState, Grant, Rank};
 use nodewright_core::rollout::graph;
 use nodewright_core::rollout::plan::{Creation, Plan, plan_node};
 use nodewright_core::rollout::runtime_taint;
@@ -51,6 +52,8 @@ pub struct NodeResult {
     pub status: Status,
     /// Work is held back until the node drains (nothing else will trigger the next pass).
     pub draining: bool,
+    /// The cluster-wide disruption cap held its cordon back (the cap as counted then).
+    pub cap_held: Option<CapState>,
 }
 
 /// What the pass hands [`advance`] for one node.
@@ -85,6 +88,7 @@ pub async fn advance(
     } = work;
     let nw = nodewright.name_any();
     let name = node.name_any();
+    let rank = Rank::of(nodewright);
     let mut node = node;
     let mut fresh = false;
     // The pass already planned this node from the same cached state: the first attempt uses that.
@@ -122,6 +126,7 @@ pub async fn advance(
                 }),
                 state,
                 draining: false,
+                cap_held: None,
             });
         }
         let complete = graph::all_done(&nodewright.spec.packages, &p.state);
@@ -139,6 +144,8 @@ pub async fn advance(
             edit.annotate(keys::node_state_key(&nw), p.state.to_annotation());
         }
         status_edit(&mut edit, &nw, status);
+        let mut reserved = false;
+        let mut cap_held = None;
         if complete {
             cordon::uncordon(&mut edit, &node, &nw);
             // Complete in this very write: the runtime-required taint goes with it when this was
@@ -152,12 +159,32 @@ pub async fn advance(
                 );
             }
         } else if p.cordon && !cordon::holds_cordon(&node, &nw) {
-            cordon::cordon(&mut edit, &node, &nw);
+            // The node's first cordon may need a slot of the cluster-wide disruption cap; held,
+            // its disruptive stages wait (they start only under this NodeWright's cordon).
+            match ctx.disruption.request(&ctx.nodes, &node, &rank) {
+                Grant::Held(cap) => {
+                    debug!(node = %name, ?cap, "the cluster-wide disruption cap holds the cordon back");
+                    cap_held = Some(cap);
+                }
+                grant => {
+                    reserved = grant == Grant::Reserved;
+                    cordon::cordon(&mut edit, &node, &nw);
+                }
+            }
         } else if p.release_cordon && cordon::holds_cordon(&node, &nw) {
             // A disruptive stage ended without a pod ever running: nothing holds the node.
             cordon::uncordon(&mut edit, &node, &nw);
         }
-        match ctx.writer.apply_node_edit(&node, &edit).await {
+        let applied = ctx.writer.apply_node_edit(&node, &edit).await;
+        if reserved {
+            match &applied {
+                Ok(Some(updated)) => ctx
+                    .disruption
+                    .written(&name, updated.metadata.resource_version.as_deref()),
+                _ => ctx.disruption.withdraw(&name),
+            }
+        }
+        match applied {
             Ok(Some(updated)) => node = updated,
             Ok(None) => {}
             Err(NodeWriteError::Conflict { .. }) if attempt < 3 => {
@@ -184,6 +211,7 @@ pub async fn advance(
             state: p.state,
             status,
             draining,
+            cap_held,
         });
     }
     // The node vanished or its state became unreadable while we worked: report it blocked.
@@ -191,6 +219,7 @@ pub async fn advance(
         state,
         status: Status::Blocked,
         draining: false,
+        cap_held: None,
     })
 }
 

@@ -20,6 +20,7 @@ use nodewright_core::jobs::{
     JobConfig, RuntimeTaint,
 };
 use nodewright_core::naming::{is_dns_label, is_dns_subdomain};
+use nodewright_core::rollout::disruption::MaxDisrupted;
 
 /// The operator's own namespace: its Lease, its certificate Secrets, and the package Jobs unless
 /// `PACKAGE_NAMESPACE` names another.
@@ -71,6 +72,9 @@ pub const ENV_IMAGE_PULL_FAILING_AFTER: &str = "IMAGE_PULL_FAILING_AFTER";
 /// How many revisions of each NodeWright's spec the operator keeps in `status.revisions` for
 /// `kubectl nodewright rollback` and `rollbackOnFailure` (0..=100, default 10; 0 keeps none).
 pub const ENV_REVISION_HISTORY_LIMIT: &str = "REVISION_HISTORY_LIMIT";
+/// The cluster-wide disruption cap: at most this many nodes (`10`) or this percent of the cluster's
+/// nodes (`10%`) cordoned by NodeWrights at once, whichever NodeWrights they are. Unset = no cap.
+pub const ENV_MAX_DISRUPTED_NODES: &str = "MAX_DISRUPTED_NODES";
 /// Plain-HTTP address of `/metrics`.
 pub const ENV_METRICS_LISTEN: &str = "METRICS_LISTEN";
 /// Plain-HTTP address of `/healthz` and `/readyz`.
@@ -137,6 +141,9 @@ pub struct OperatorConfig {
     /// `REVISION_HISTORY_LIMIT` (default 10, at most 100): the revisions of each NodeWright kept
     /// in its status ([`nodewright_core::rollout::history`]).
     pub revision_history_limit: usize,
+    /// `MAX_DISRUPTED_NODES` (default unset: no cap): how many nodes NodeWrights may hold cordoned
+    /// at once ([`nodewright_core::rollout::disruption`]).
+    pub max_disrupted_nodes: Option<MaxDisrupted>,
     /// `LEADER_ELECTION`: when false this replica acts as the leader unconditionally (one replica only).
     pub leader_election: bool,
     /// The Lease (namespace = `NAMESPACE`, `LEASE_NAME`, identity = `POD_NAME`, timings).
@@ -315,6 +322,16 @@ impl OperatorConfig {
             nodewright_shared::api::MAX_REVISIONS,
             "revisions of each NodeWright kept for rollbacks",
         );
+        let max_disrupted_nodes = match get(ENV_MAX_DISRUPTED_NODES) {
+            None => Some(None),
+            Some(v) => match MaxDisrupted::parse(&v) {
+                Ok(cap) => Some(Some(cap)),
+                Err(e) => {
+                    p.push(ENV_MAX_DISRUPTED_NODES, v, e.to_string());
+                    None
+                }
+            },
+        };
         let leader_election = p.boolean(ENV_LEADER_ELECTION, get(ENV_LEADER_ELECTION), true);
 
         let lease_name = p.check(
@@ -454,6 +471,7 @@ impl OperatorConfig {
             pods_not_created_timeout,
             image_pull_failing_after,
             revision_history_limit,
+            max_disrupted_nodes,
             leader_election,
             lease_name,
             timings,
@@ -481,6 +499,7 @@ impl OperatorConfig {
                 Some(pods_not_created_timeout),
                 Some(image_pull_failing_after),
                 Some(revision_history_limit),
+                Some(max_disrupted_nodes),
                 Some(leader_election),
                 Some(lease_name),
                 Some(timings),
@@ -515,6 +534,7 @@ impl OperatorConfig {
                 pods_not_created_timeout,
                 image_pull_failing_after,
                 revision_history_limit,
+                max_disrupted_nodes,
                 leader_election,
                 metrics_listen,
                 probe_listen,
@@ -921,6 +941,26 @@ mod tests {
         for bad in ["101", "-1", "ten", "2.5"] {
             let p = problem("REVISION_HISTORY_LIMIT", bad);
             assert!(p.accepted.contains("from 0 to 100"), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn max_disrupted_nodes() {
+        assert_eq!(env(&[]).expect("valid").max_disrupted_nodes, None, "no cap");
+        assert_eq!(
+            accepts("MAX_DISRUPTED_NODES", " 12 ").max_disrupted_nodes,
+            Some(MaxDisrupted::Count(12))
+        );
+        assert_eq!(
+            accepts("MAX_DISRUPTED_NODES", "5%").max_disrupted_nodes,
+            Some(MaxDisrupted::Percent(5))
+        );
+        for bad in ["0", "0%", "150%", "-3", "half"] {
+            let p = problem("MAX_DISRUPTED_NODES", bad);
+            assert!(
+                p.accepted.contains("unset for no cluster-wide cap"),
+                "{p:?}"
+            );
         }
     }
 
