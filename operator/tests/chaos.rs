@@ -8,7 +8,8 @@
 //!
 //! - every node reaches complete (every package at its last stage, complete);
 //! - no stage whose outcome was recorded ever gets a second Job;
-//! - never more nodes cordoned at once than the budget;
+//! - never more nodes cordoned at once than the budget, nor, in the odd trials (whose replicas run
+//!   with the cluster-wide disruption cap `MAX_DISRUPTED_NODES` at half the budget), than the cap;
 //! - no node cordoned at the end;
 //! - no recorded outcome is lost (a node's records only move forward; there is no documented clear
 //!   in this rollout: no spec change, no reset, REAPPLY_ON_REBOOT off).
@@ -50,6 +51,11 @@ use serde_json::json;
 /// three batches and every batch boundary (where cordons are released and taken) is exercised.
 fn budget(nodes: usize) -> usize {
     (nodes / 3).max(5)
+}
+/// The cluster-wide disruption cap of the odd trials' replicas: half the budget, so the cap, not
+/// the budget, is what bounds their cordons.
+fn disruption_cap(index: usize, nodes: usize) -> Option<usize> {
+    (index % 2 == 1).then(|| (budget(nodes) / 2).max(1))
 }
 /// Upper bound of one trial's rollout (a bound, not a timing assertion): far above what a rollout
 /// with faults takes, far below the 10-minute idle resync that would hide a stalled operator.
@@ -190,6 +196,7 @@ async fn trial(
             &format!("op-{generation}"),
             &logs,
             limits,
+            disruption_cap(index, nodes),
         )
     };
     let mut replicas: Vec<Replica> = (0..replicas_wanted)
@@ -332,6 +339,14 @@ async fn trial(
                 "{} nodes cordoned at once, the budget is {}",
                 r.max_cordoned,
                 budget(nodes)
+            ));
+        }
+        if let Some(cap) = disruption_cap(index, nodes)
+            && r.max_cordoned > cap
+        {
+            violations.push(format!(
+                "{} nodes cordoned at once, the cluster-wide disruption cap is {cap}",
+                r.max_cordoned
             ));
         }
         if !r.cordoned().is_empty() {

@@ -51,6 +51,12 @@
 //!     ValidatingAdmissionPolicy standing in for the webhook's downgrade guard of a package with
 //!     uninstall scripts): `status.rollback` Refused with the apiserver's message, a
 //!     RollbackRefused Warning Event, the spec unchanged and the rollout still stopped.
+//! (cap) the operator's cluster-wide disruption cap (`MAX_DISRUPTED_NODES=2`) over two
+//!     NodeWrights whose own budgets allow 3 cordoned nodes each, each with a package whose
+//!     interrupt cordons its 3 nodes: from a watch of every node version, never more than 2 of the 6
+//!     nodes are cordoned by NodeWrights at once; a NodeWright the cap held says so in
+//!     `status.waitingFor` with a WaitingForDisruptionCap Event; both complete, every cordon
+//!     released.
 //! (metrics) a NodeWright's `nodewright_*` series are on `/metrics` during its rollout (held on a
 //!     hanging pod) and after it; once it is deleted (its finalizer let it go) none is left, while
 //!     another NodeWright's series stay.
@@ -1292,6 +1298,153 @@ fn offset_clock(offset: Arc<std::sync::atomic::AtomicI64>) -> nodewright_operato
             .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
             .expect("a representable time")
     })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_wide_disruption_cap_bounds_every_nodewrights_cordons() {
+    use nodewright_core::rollout::disruption::WAITING;
+    use nodewright_shared::api::{InterruptType, InterruptionBudget};
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("cap").await.expect("namespace");
+    let names = create_nodes(
+        &client,
+        &ns,
+        &[
+            ("a0", &[]),
+            ("a1", &[]),
+            ("a2", &[]),
+            ("b0", &[]),
+            ("b1", &[]),
+            ("b2", &[]),
+        ],
+    )
+    .await;
+    // Every version of every node, and of the test's NodeWrights, from before anything starts.
+    let node_versions =
+        Watched::start(Api::<Node>::all(client.clone()), watcher::Config::default());
+    let nw_versions = Watched::start(
+        Api::<NodeWright>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{SUITE_LABEL}={ns}")),
+    );
+    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
+    env.insert("MAX_DISRUPTED_NODES", "2".to_owned());
+    let _operator = spawn_operator(
+        client.clone(),
+        &env,
+        format!("{SUITE_LABEL}={ns}"),
+        Some(every_pod_succeeds_after("2s")),
+        None,
+    );
+    let tuned = Package {
+        interrupt: support::interrupt(InterruptType::Service, &["tuned"]),
+        ..package("1.0.0", &[])
+    };
+    let nodewrights = [format!("{ns}-a"), format!("{ns}-b")];
+    for (nw, nodes) in nodewrights.iter().zip(names.chunks(3)) {
+        let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        create_nodewright(
+            &client,
+            &ns,
+            nw,
+            NodeWrightSpec {
+                node_selectors: on_nodes(&refs),
+                // Each NodeWright alone may cordon all three of its nodes at once.
+                interruption_budget: Some(InterruptionBudget {
+                    count: Some(3),
+                    percent: None,
+                }),
+                packages: BTreeMap::from([("tuned".to_owned(), tuned.clone())]),
+                ..Default::default()
+            },
+        )
+        .await;
+    }
+    for nw in &nodewrights {
+        wait_complete_at(cluster, &client, nw, 1).await;
+    }
+    // A held NodeWright announces it (the Event goes out before the status write that says so).
+    cluster
+        .wait_for("a WaitingForDisruptionCap Event", BOUND, || {
+            let client = client.clone();
+            let nodewrights = nodewrights.clone();
+            async move {
+                for nw in &nodewrights {
+                    if !support::events(&client, nw, "WaitingForDisruptionCap")
+                        .await
+                        .is_empty()
+                    {
+                        return Ok(Some(()));
+                    }
+                }
+                Ok(None)
+            }
+        })
+        .await
+        .expect("the cap's Event");
+    // The last version of every node: every cordon released.
+    let ours: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+    cluster
+        .wait_for("every cordon released", BOUND, || {
+            let latest = node_versions.latest();
+            let ours = ours.clone();
+            async move {
+                let released = latest
+                    .iter()
+                    .filter(|n| ours.contains(n.name_any().as_str()))
+                    .all(|n| {
+                        nodewright_core::node::cordon::claimants(n).next().is_none()
+                            && !nodewright_core::node::cordon::is_unschedulable(n)
+                    });
+                Ok(released.then_some(()))
+            }
+        })
+        .await
+        .expect("the nodes uncordoned");
+
+    // One watch delivers the node versions in the order etcd wrote them: replaying them gives the
+    // nodes cordoned by NodeWrights at every moment.
+    let mut claimed: BTreeSet<String> = BTreeSet::new();
+    let mut peak = 0;
+    for node in node_versions.all() {
+        let name = node.name_any();
+        if !ours.contains(name.as_str()) {
+            continue;
+        }
+        if nodewright_core::node::cordon::claimants(&node)
+            .next()
+            .is_some()
+        {
+            claimed.insert(name);
+        } else {
+            claimed.remove(&name);
+        }
+        peak = peak.max(claimed.len());
+    }
+    assert!(
+        (1..=2).contains(&peak),
+        "at most 2 nodes cordoned at once under the cap, saw {peak}"
+    );
+    let held: Vec<String> = nw_versions
+        .all()
+        .iter()
+        .filter_map(|nw| nw.status.as_ref()?.waiting_for.clone())
+        .filter(|w| w.contains(WAITING))
+        .collect();
+    assert!(
+        held.iter()
+            .any(|w| w.contains(&format!("{WAITING} (")) && w.contains(" of 2 nodes disrupted)")),
+        "a NodeWright's status said the cap held it: {held:?}"
+    );
+    // Nothing waits any more.
+    for nw in &nodewrights {
+        let now = Api::<NodeWright>::all(client.clone())
+            .get(nw)
+            .await
+            .expect("NodeWright");
+        assert_eq!(now.status.and_then(|s| s.waiting_for), None, "{nw}");
+    }
+    delete_nodes(&client, &names).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

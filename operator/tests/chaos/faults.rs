@@ -165,6 +165,7 @@ pub fn spawn_replica(
     name: &str,
     logs: &Path,
     limits: Option<Limits>,
+    max_disrupted: Option<usize>,
 ) -> Replica {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -197,6 +198,7 @@ pub fn spawn_replica(
         .env("METRICS_LISTEN", "127.0.0.1:0")
         .env("PROBE_LISTEN", "127.0.0.1:0")
         .env("LOG_FORMAT", "text")
+        .envs(max_disrupted.map(|cap| ("MAX_DISRUPTED_NODES", cap.to_string())))
         .env(
             "LOG_LEVEL",
             std::env::var("NODEWRIGHT_CHAOS_LOG_LEVEL").unwrap_or_else(|_| "info".to_owned()),

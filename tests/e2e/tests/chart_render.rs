@@ -1554,6 +1554,38 @@ fn operator_resources_follow_the_sizing_formula_unless_given() {
     }
 }
 
+/// The cluster-wide disruption cap reaches the operator only when set, as a count or a percent; a
+/// value the operator would refuse is refused at render time.
+#[test]
+fn the_disruption_cap_reaches_the_operator_only_when_set() {
+    let cap = |args: &[&str]| {
+        let docs = render(REL, NS, args).expect("render");
+        env_value(
+            container(find(&docs, "Deployment", &format!("{FULL}-operator"))),
+            "MAX_DISRUPTED_NODES",
+        )
+    };
+    assert_eq!(cap(&[]), None, "no cap by default");
+    assert_eq!(
+        cap(&["--set", "operator.maxDisruptedNodes=12"]).as_deref(),
+        Some("12")
+    );
+    assert_eq!(
+        cap(&["--set-string", "operator.maxDisruptedNodes=10%"]).as_deref(),
+        Some("10%")
+    );
+    for bad in ["0", "0%", "150%", "ten", "-2"] {
+        match render(
+            REL,
+            NS,
+            &["--set-string", &format!("operator.maxDisruptedNodes={bad}")],
+        ) {
+            Ok(_) => panic!("maxDisruptedNodes={bad} rendered"),
+            Err(e) => assert!(e.contains("maxDisruptedNodes"), "{bad}: {e}"),
+        }
+    }
+}
+
 /// Package pods (privileged, host PID, the host's `/`) run in a namespace of their own that Pod
 /// Security admits them in, never beside the services and their Secrets (issue 22 item 7).
 #[test]
