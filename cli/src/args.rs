@@ -177,6 +177,16 @@ pub struct Global {
         value_name = "NAMESPACE"
     )]
     pub package_namespace: Option<String>,
+    /// The operator's cluster-wide disruption cap that `plan` and `why` reckon with: a node count
+    /// (`10`) or a percent of the cluster's nodes (`10%`) (default: the operator Deployment's
+    /// `MAX_DISRUPTED_NODES`, the chart's `operator.maxDisruptedNodes`).
+    #[arg(
+        long,
+        global = true,
+        env = "NODEWRIGHT_MAX_DISRUPTED_NODES",
+        value_name = "COUNT|PERCENT"
+    )]
+    pub max_disrupted_nodes: Option<String>,
     /// How long one API request may take, as a Go duration (`30s`, `1m`).
     #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
     pub request_timeout: String,

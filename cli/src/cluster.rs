@@ -287,16 +287,22 @@ pub async fn operator_settings(ctx: &Ctx) -> Result<OperatorSettings> {
             "the operator's RUNTIME_REQUIRED_TAINT is not valid: {e}"
         ))
     })?;
-    let max_disrupted = env
-        .get("MAX_DISRUPTED_NODES")
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| MaxDisrupted::parse(v))
-        .transpose()
-        .map_err(|e| {
-            CliError::Invalid(format!(
-                "the operator's MAX_DISRUPTED_NODES is not valid: {e}"
-            ))
-        })?;
+    let max_disrupted = match &ctx.global.max_disrupted_nodes {
+        Some(given) => Some(
+            MaxDisrupted::parse(given)
+                .map_err(|e| CliError::Usage(format!("--max-disrupted-nodes: {e}")))?,
+        ),
+        None => env
+            .get("MAX_DISRUPTED_NODES")
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| MaxDisrupted::parse(v))
+            .transpose()
+            .map_err(|e| {
+                CliError::Invalid(format!(
+                    "the operator's MAX_DISRUPTED_NODES is not valid: {e}"
+                ))
+            })?,
+    };
     let source = found.map_or_else(
         || {
             format!(

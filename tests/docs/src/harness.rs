@@ -68,6 +68,10 @@ pub struct Env {
     plugin_dir: PathBuf,
     /// Seconds the operator's clock runs ahead of the system clock (`<!-- test: clock -->`).
     clock_offset: Arc<AtomicI64>,
+    /// Starts the operator (again, with a page's settings: `<!-- test: operator -->`).
+    launcher: Launcher,
+    /// The operator running now.
+    operator: tokio::sync::Mutex<RunningOperator>,
     stop: CancellationToken,
     webhook_stop: watch::Sender<bool>,
 }
@@ -196,7 +200,92 @@ pub fn operator_env() -> BTreeMap<&'static str, &'static str> {
     ])
 }
 
+/// What starting the docs operator takes, kept so a page can restart it with other settings.
+struct Launcher {
+    kube_config: kube::Config,
+    api_metrics: nodewright_operator::metrics::api::ApiMetrics,
+    leader: nodewright_operator::metrics::LeaderMetrics,
+    state_metrics: nodewright_operator::metrics::nodewright_gauges::StateMetrics,
+    options: nodewright_operator::RunOptions,
+}
+
+/// The docs operator as it runs now.
+struct RunningOperator {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    /// The settings a page added to [`operator_env`].
+    extra: Vec<(String, String)>,
+}
+
+impl Launcher {
+    /// Starts the operator with [`operator_env`] and `extra` (later ones win), until `parent` or
+    /// its own token is cancelled.
+    fn launch(
+        &self,
+        parent: &CancellationToken,
+        extra: &[(String, String)],
+    ) -> Result<RunningOperator, HarnessError> {
+        let env = operator_env();
+        let config = nodewright_operator::runtime::config::OperatorConfig::from_lookup(|var| {
+            extra
+                .iter()
+                .rev()
+                .find(|(k, _)| k == var)
+                .map(|(_, v)| v.clone())
+                .or_else(|| env.get(var).map(|v| (*v).to_owned()))
+        })
+        .map_err(setup("operator configuration"))?;
+        // As the binary builds it.
+        let client = nodewright_operator::runtime::client::build(
+            self.kube_config.clone(),
+            &self.api_metrics,
+        )
+        .map_err(setup("operator client"))?;
+        let stop = parent.child_token();
+        let shutdown = stop.clone();
+        let (options, leader, state) = (
+            self.options.clone(),
+            self.leader.clone(),
+            self.state_metrics.clone(),
+        );
+        let task = tokio::spawn(async move {
+            if let Err(e) = nodewright_operator::run_instrumented(
+                config,
+                client,
+                options,
+                Some(leader),
+                state,
+                shutdown,
+            )
+            .await
+            {
+                eprintln!("docs operator stopped: {e}");
+            }
+        });
+        Ok(RunningOperator {
+            stop,
+            task,
+            extra: extra.to_vec(),
+        })
+    }
+}
+
 impl Env {
+    /// Runs the operator with `extra` settings from now on (none: as it started). The running one
+    /// stops first (its reconcilers end, its Lease is released), so one operator leads at a time.
+    async fn restart_operator(&self, extra: &[(String, String)]) -> Result<(), HarnessError> {
+        let mut running = self.operator.lock().await;
+        if running.extra == extra {
+            return Ok(());
+        }
+        running.stop.cancel();
+        (&mut running.task)
+            .await
+            .map_err(setup("stopping the operator"))?;
+        *running = self.launcher.launch(&self.stop, extra)?;
+        Ok(())
+    }
+
     /// Starts the cluster, the webhook and the operator.
     pub async fn start() -> Result<Env, HarnessError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -308,16 +397,9 @@ impl Env {
                 }
             }
         });
-        let env = operator_env();
-        let config = nodewright_operator::runtime::config::OperatorConfig::from_lookup(|var| {
-            env.get(var).map(|v| (*v).to_owned())
-        })
-        .map_err(setup("operator configuration"))?;
         let metrics = nodewright_operator::metrics::Metrics::new();
         let kube_config = cluster.config().await.map_err(setup("kube config"))?;
-        // As the binary builds it.
-        let op_client = nodewright_operator::runtime::client::build(kube_config, &metrics.api())
-            .map_err(setup("operator client"))?;
+        let api_metrics = metrics.api();
         let leader = metrics.leader();
         let state_metrics = metrics.state();
         let metrics = Arc::new(metrics);
@@ -358,21 +440,14 @@ impl Env {
             clock: Some(clock),
             ..nodewright_operator::RunOptions::default()
         };
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            if let Err(e) = nodewright_operator::run_instrumented(
-                config,
-                op_client,
-                options,
-                Some(leader),
-                state_metrics,
-                shutdown,
-            )
-            .await
-            {
-                eprintln!("docs operator stopped: {e}");
-            }
-        });
+        let launcher = Launcher {
+            kube_config,
+            api_metrics,
+            leader,
+            state_metrics,
+            options,
+        };
+        let operator = launcher.launch(&stop, &[])?;
         let env = Env {
             cluster,
             dir,
@@ -382,6 +457,8 @@ impl Env {
             fates,
             plugin_dir,
             clock_offset,
+            launcher,
+            operator: tokio::sync::Mutex::new(operator),
             stop,
             webhook_stop,
         };
@@ -558,6 +635,12 @@ impl Env {
                         .collect();
                     self.set_fate(&package, &fate, &params);
                 }
+                Step::Operator { settings, line } => {
+                    if let Err(e) = self.restart_operator(&settings).await {
+                        result = Err(fail(line, format!("restarting the operator: {e}")));
+                        break;
+                    }
+                }
                 Step::Clock { at, line } => match at.parse::<k8s_openapi::jiff::Timestamp>() {
                     Ok(at) => self.set_clock(at),
                     Err(e) => {
@@ -575,7 +658,10 @@ impl Env {
                  kubectl delete deploymentpolicies --all --wait=true --timeout=60s >/dev/null",
             )
             .await;
+        // The next page starts with the operator as it started.
+        let restored = self.restart_operator(&[]).await;
         result?;
+        restored?;
         if !cleanup.0 {
             return Err(fail(
                 0,

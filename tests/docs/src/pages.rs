@@ -14,6 +14,9 @@
 //! - `<!-- test: clock 2026-12-03T12:00:00Z -->` (invisible): from here on the operator's clock reads
 //!   that instant and runs on from it (maintenance windows open and close on it); the page's end
 //!   puts it back on the system clock.
+//! - `<!-- test: operator MAX_DISRUPTED_NODES=2 [VAR=value ...] -->` (invisible): the operator is
+//!   restarted with these settings added to its environment (as a chart value would set them);
+//!   the page's end restarts it as it was.
 //!
 //! Every other fenced block is for reading only.
 
@@ -41,6 +44,13 @@ pub enum Step {
         /// Patterns, one per line.
         patterns: Vec<String>,
         /// Line of the fence.
+        line: usize,
+    },
+    /// The operator restarted with settings added to its environment.
+    Operator {
+        /// `VAR=value` pairs.
+        settings: Vec<(String, String)>,
+        /// Line of the directive.
         line: usize,
     },
     /// The operator's clock set to an instant.
@@ -85,6 +95,21 @@ pub fn steps(markdown: &str) -> Vec<Step> {
                     line: i + 1,
                 });
             }
+            i += 1;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("<!-- test: operator ") {
+            let settings = rest
+                .trim_end()
+                .trim_end_matches("-->")
+                .split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            out.push(Step::Operator {
+                settings,
+                line: i + 1,
+            });
             i += 1;
             continue;
         }
@@ -213,6 +238,17 @@ mod tests {
         assert!(matches!(&s[3], Step::Expect { patterns, .. } if patterns.len() == 2));
         assert!(matches!(&s[4], Step::Shell { code, .. } if code == "kubectl label node a x=y"));
         assert!(matches!(&s[5], Step::Apply { rejected: true, .. }));
+        let operator = steps("<!-- test: operator MAX_DISRUPTED_NODES=1 LOG_LEVEL=info -->\n");
+        assert_eq!(
+            operator,
+            [Step::Operator {
+                settings: vec![
+                    ("MAX_DISRUPTED_NODES".into(), "1".into()),
+                    ("LOG_LEVEL".into(), "info".into())
+                ],
+                line: 1
+            }]
+        );
         let clock = steps("<!-- test: clock 2026-12-03T12:00:00Z -->\n");
         assert!(
             matches!(&clock[..], [Step::Clock { at, line: 1 }] if at == "2026-12-03T12:00:00Z"),
