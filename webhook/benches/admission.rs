@@ -100,6 +100,7 @@ fn view() -> StaticView {
     StaticView {
         policies: vec!["policy".into()],
         users: vec![],
+        ..StaticView::default()
     }
 }
 
@@ -115,6 +116,61 @@ fn handler_work(c: &mut Criterion<ThreadCpuTime>) {
                     .map(|bytes| bytes.len())
             })
         });
+    }
+}
+
+/// The validating NodeWright review with the blast-radius warnings computed over a cluster of
+/// `nodes` nodes (a quarter of them in the NodeWright's `pool: gpu`, spread over the policy's
+/// four rack compartments): the selection, compartments and batches the warnings count.
+fn blast_radius(c: &mut Criterion<ThreadCpuTime>) {
+    let defaults = OperatorDefaults::default();
+    let body = common::body(Webhook::ValidateNodeWright);
+    let policy: nodewright_shared::api::DeploymentPolicy =
+        match serde_json::from_value(common::deployment_policy(true)) {
+            Ok(p) => p,
+            Err(e) => panic!("policy: {e}"),
+        };
+    for count in [100_usize, 5_000] {
+        let nodes: Vec<k8s_openapi::api::core::v1::Node> = (0..count)
+            .map(|i| {
+                let labels = serde_json::json!({
+                    "pool": if i.is_multiple_of(4) { "gpu" } else { "cpu" },
+                    "topology.example.com/rack": format!("r{}a", i % 5),
+                    "kubernetes.io/hostname": format!("node-{i}"),
+                });
+                match serde_json::from_value(
+                    serde_json::json!({"metadata": {"name": format!("node-{i}"), "labels": labels}}),
+                ) {
+                    Ok(n) => n,
+                    Err(e) => panic!("node: {e}"),
+                }
+            })
+            .collect();
+        let view = StaticView {
+            policy_specs: vec![policy.clone()],
+            nodes: Some(nodes),
+            ..view()
+        };
+        let warned = review(Webhook::ValidateNodeWright, &body, &defaults, &view)
+            .to_json()
+            .map(|b| String::from_utf8_lossy(&b).contains("this change"))
+            .unwrap_or(false);
+        assert!(warned, "the review warns its blast radius");
+        c.bench_function(
+            &format!("validate-nodewright/blast_radius_{count}_nodes"),
+            |b| {
+                b.iter(|| {
+                    review(
+                        Webhook::ValidateNodeWright,
+                        black_box(&body),
+                        &defaults,
+                        &view,
+                    )
+                    .to_json()
+                    .map(|bytes| bytes.len())
+                })
+            },
+        );
     }
 }
 
@@ -156,6 +212,6 @@ fn through_router(c: &mut Criterion<ThreadCpuTime>) {
 criterion_group! {
     name = admission;
     config = Criterion::default().with_measurement(ThreadCpuTime);
-    targets = handler_work, through_router
+    targets = handler_work, blast_radius, through_router
 }
 criterion_main!(admission);

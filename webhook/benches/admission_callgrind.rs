@@ -64,6 +64,7 @@ fn main() {
     let view = StaticView {
         policies: vec!["policy".into()],
         users: vec![],
+        ..StaticView::default()
     };
     for webhook in selected {
         let body = common::body(webhook);

@@ -1,30 +1,58 @@
-//! Watch-backed view of the cluster for the rules that need it (policy existence, policy delete guard).
+//! Watch-backed view of the cluster for the rules that need it (policy existence, policy delete guard,
+//! the blast-radius warnings).
 //!
-//! Admission sits in the apiserver's request path, so it must never wait on a GET: two reflectors keep
-//! what the rules need in memory, and `/readyz` stays false until both have listed once.
+//! Admission sits in the apiserver's request path, so it must never wait on a GET: three reflectors
+//! keep what the rules need in memory, and `/readyz` stays false until all have listed once.
 //!
-//! Kept small on purpose (a NodeWright's status can hold every node's state): DeploymentPolicies are
-//! watched as metadata only (only their names matter), and NodeWrights are watched untyped and trimmed
-//! to their name and `spec.deploymentPolicy` before they are stored. Untyped also means one object
-//! this version cannot decode never poisons the watch.
+//! Kept small on purpose (a NodeWright's status can hold every node's state, a node's annotations
+//! every NodeWright's): DeploymentPolicies are watched untyped without their status and managed
+//! fields (their specs are small; the warnings count batches from them), NodeWrights untyped and
+//! trimmed to their name and `spec.deploymentPolicy`, and nodes as metadata only, trimmed to their
+//! name and labels (what the operator's node selection reads). Untyped also means one object this
+//! version cannot decode never poisons the watch.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, PartialObjectMeta};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use nodewright_core::rollout::selection::NodeSelection;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use serde_json::Value;
 use tracing::warn;
 
 use crate::rules::cluster::ClusterView;
 
-/// The webhook's cluster view, backed by two reflector stores.
+/// The webhook's cluster view, backed by three reflector stores.
 #[derive(Clone)]
 pub struct ClusterCache {
-    policies: Store<PartialObjectMeta<DeploymentPolicy>>,
+    policies: Store<DynamicObject>,
     nodewrights: Store<DynamicObject>,
+    nodes: Store<PartialObjectMeta<Node>>,
+}
+
+/// Keeps a DeploymentPolicy's spec and name.
+fn trim_policy(obj: &mut DynamicObject) {
+    if let Some(map) = obj.data.as_object_mut() {
+        map.retain(|k, _| k == "spec");
+    }
+    obj.metadata = ObjectMeta {
+        name: obj.metadata.name.take(),
+        resource_version: obj.metadata.resource_version.take(),
+        ..ObjectMeta::default()
+    };
+}
+
+/// Keeps a node's name and labels: what selecting nodes reads (5,000 nodes stay a few MiB).
+fn trim_node(node: &mut PartialObjectMeta<Node>) {
+    node.metadata = ObjectMeta {
+        name: node.metadata.name.take(),
+        labels: node.metadata.labels.take(),
+        resource_version: node.metadata.resource_version.take(),
+        ..ObjectMeta::default()
+    };
 }
 
 /// Keeps only what the rules read: the name and `spec.deploymentPolicy`.
@@ -42,17 +70,31 @@ fn trim_nodewright(obj: &mut DynamicObject) {
 impl ClusterCache {
     /// Starts both reflectors on the runtime; they run (and retry with backoff) until the process ends.
     pub fn start(client: kube::Client) -> Self {
-        let (policies, policy_writer) = reflector::store::<PartialObjectMeta<DeploymentPolicy>>();
+        let policy_resource = ApiResource::erase::<DeploymentPolicy>(&());
+        let policy_writer = reflector::store::Writer::<DynamicObject>::new(policy_resource.clone());
+        let policies = policy_writer.as_reader();
         let policy_stream = reflector::reflector(
             policy_writer,
             watcher::watcher(
-                Api::<PartialObjectMeta<DeploymentPolicy>>::all(client.clone()),
+                Api::<DynamicObject>::all_with(client.clone(), &policy_resource),
                 watcher::Config::default(),
             )
             .default_backoff()
-            .modify(|m| m.metadata.managed_fields = None),
+            .modify(trim_policy),
         );
         tokio::spawn(drain("deploymentpolicies", policy_stream));
+
+        let (nodes, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
+        let node_stream = reflector::reflector(
+            node_writer,
+            watcher::watcher(
+                Api::<PartialObjectMeta<Node>>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .modify(trim_node),
+        );
+        tokio::spawn(drain("nodes", node_stream));
 
         let resource = ApiResource::erase::<NodeWright>(&());
         let nw_writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
@@ -70,13 +112,29 @@ impl ClusterCache {
         ClusterCache {
             policies,
             nodewrights,
+            nodes,
         }
     }
 
-    /// Resolves once both stores have completed their first list.
+    /// Resolves once every store has completed its first list.
     pub async fn synced(&self) -> bool {
         self.policies.wait_until_ready().await.is_ok()
             && self.nodewrights.wait_until_ready().await.is_ok()
+            && self.nodes.wait_until_ready().await.is_ok()
+    }
+
+    /// Nodes in the cache.
+    pub fn node_count(&self) -> usize {
+        self.nodes.state().len()
+    }
+
+    /// The DeploymentPolicy `name` as stored (policies are few: a scan, no keyed lookup needs the
+    /// dynamic type).
+    fn stored_policy(&self, name: &str) -> Option<Arc<DynamicObject>> {
+        self.policies
+            .state()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
     }
 }
 
@@ -93,9 +151,41 @@ where
     }
 }
 
+/// A node as the rules read it: its name and labels.
+fn as_node(meta: &PartialObjectMeta<Node>) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: meta.metadata.name.clone(),
+            labels: meta.metadata.labels.clone(),
+            ..ObjectMeta::default()
+        },
+        ..Node::default()
+    }
+}
+
 impl ClusterView for ClusterCache {
     fn policy_exists(&self, name: &str) -> bool {
-        self.policies.get(&ObjectRef::new(name)).is_some()
+        self.stored_policy(name).is_some()
+    }
+
+    fn policy(&self, name: &str) -> Option<DeploymentPolicy> {
+        let stored = self.stored_policy(name)?;
+        let spec = serde_json::from_value(stored.data.get("spec")?.clone()).ok()?;
+        let mut policy = DeploymentPolicy::new(name, spec);
+        policy.metadata.resource_version = stored.metadata.resource_version.clone();
+        Some(policy)
+    }
+
+    fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
+        let empty = std::collections::BTreeMap::new();
+        Some(
+            self.nodes
+                .state()
+                .iter()
+                .filter(|n| selection.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
+                .map(|n| as_node(n))
+                .collect(),
+        )
     }
 
     fn nodewrights_using_policy(&self, policy: &str) -> Vec<String> {
@@ -123,11 +213,37 @@ pub struct StaticView {
     pub policies: Vec<String>,
     /// (NodeWright, policy) pairs.
     pub users: Vec<(String, String)>,
+    /// Policies with a spec (their names need not be in `policies`).
+    pub policy_specs: Vec<DeploymentPolicy>,
+    /// Nodes (`None`: the view knows no nodes, so no blast-radius warning).
+    pub nodes: Option<Vec<Node>>,
 }
 
 impl ClusterView for StaticView {
     fn policy_exists(&self, name: &str) -> bool {
         self.policies.iter().any(|p| p == name)
+            || self
+                .policy_specs
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(name))
+    }
+
+    fn policy(&self, name: &str) -> Option<DeploymentPolicy> {
+        self.policy_specs
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .cloned()
+    }
+
+    fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
+        let empty = std::collections::BTreeMap::new();
+        self.nodes.as_ref().map(|nodes| {
+            nodes
+                .iter()
+                .filter(|n| selection.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
+                .cloned()
+                .collect()
+        })
     }
 
     fn nodewrights_using_policy(&self, policy: &str) -> Vec<String> {

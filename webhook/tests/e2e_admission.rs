@@ -2,7 +2,8 @@
 //! real kube-apiserver (local control plane) through a Mutating- and a ValidatingWebhookConfiguration
 //! with `clientConfig.url`; then `kubectl apply` of every example, and of NodeWrights the
 //! administrator's restrictions (`admission.*` chart values, as the webhook's environment) refuse
-//! or warn about.
+//! or warn about, and of changes whose blast radius (what runs again, on how many nodes, in how
+//! many batches) the webhook warns about.
 
 mod support;
 
@@ -265,34 +266,7 @@ spec:
 
 /// `kubectl apply -f -` of `manifest`: (success, stdout and stderr), so warnings are seen too.
 async fn apply(cluster: &Cluster, manifest: &str) -> (bool, String) {
-    use tokio::io::AsyncWriteExt;
-    let kubectl = cluster
-        .binary("kubectl")
-        .unwrap_or_else(|| "kubectl".into());
-    let mut child = tokio::process::Command::new(kubectl)
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(manifest.as_bytes())
-        .await
-        .expect("write manifest");
-    drop(stdin);
-    let out = child.wait_with_output().await.expect("kubectl output");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    apply_args(cluster, manifest, &[]).await
 }
 
 /// A NodeWright `name` with one package `tool` of `image` (and `extra` lines under the package),
@@ -456,8 +430,10 @@ async fn kubectl_apply_meets_the_administrators_restrictions() {
         ),
     )
     .await;
+    // No tag warning; only the blast radius of a new NodeWright on the cluster's one node.
     assert!(
-        ok && !out.contains("Warning"),
+        ok && !out.contains("no containerSHA")
+            && out.contains("Warning: this change runs package stages on 1 node (package tool 1.0.0 installed), 1 batch of at most 1 node at once under its interruptionBudget"),
         "{out}\nwebhook log:\n{}",
         log()
     );
@@ -484,4 +460,111 @@ async fn kubectl_apply_meets_the_administrators_restrictions() {
     )
     .await;
     assert!(ok, "{out}\nwebhook log:\n{}", open.log());
+}
+
+/// Issue 24 §6: creating and editing a NodeWright through the real apiserver, kubectl prints the
+/// webhook's blast-radius warnings: how many of the nodes it selects now (from the webhook's
+/// metadata-only node watch) reboot, for which package change, in how many batches of its
+/// DeploymentPolicy; an edit that reruns nothing says nothing. Never a denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_warns_what_a_change_will_do_to_the_fleet() {
+    let cluster = Cluster::start(ClusterOptions {
+        nodes: 6,
+        ..ClusterOptions::default()
+    })
+    .await
+    .expect("local control plane starts");
+    for n in 0..4 {
+        cluster
+            .kubectl(&[
+                "label",
+                "node",
+                &format!("kwok-node-{n}"),
+                "blast.test/gpu=yes",
+            ])
+            .await
+            .expect("label node");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = write_certs(dir.path());
+    let webhook = start_webhook(cluster.kubeconfig_path(), dir.path(), &[]);
+    wait_ready(&webhook, &ca).await;
+    register(&cluster, &webhook, &ca, dir.path()).await;
+    let (ok, out) = apply(
+        &cluster,
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: gpu-rollout\nspec:\n  default:\n    budget: {count: 2}\n    strategy: {fixed: {initialBatch: 2}}\n",
+    )
+    .await;
+    assert!(ok, "{out}");
+    let driver = |version: &str| {
+        format!(
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: driver\nspec:\n  nodeSelectors:\n    matchLabels:\n      blast.test/gpu: \"yes\"\n  deploymentPolicy: gpu-rollout\n  packages:\n    driver:\n      version: {version}\n      image: ghcr.io/acme/driver\n      containerSHA: sha256:dedf73c19455444e2663671368eaf3fcd657ea1417f0d8738c6133ed738b9c52\n      interrupt: {{type: reboot}}\n"
+        )
+    };
+    let created = "Warning: this change reboots 4 nodes (package driver 1.4.0 installed), 2 batches of at most 2 nodes at once under DeploymentPolicy gpu-rollout";
+    // The webhook's caches follow the labels and the policy by watch: a server-side dry run
+    // (admission runs, nothing is stored) tells when they have.
+    let mut last = String::new();
+    for _ in 0..150 {
+        let (_, out) = apply_args(&cluster, &driver("1.4.0"), &["--dry-run=server"]).await;
+        if out.contains(created) {
+            break;
+        }
+        last = out;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (ok, out) = apply(&cluster, &driver("1.4.0")).await;
+    assert!(
+        ok && out.contains(created),
+        "{out}\n(last dry run: {last})\nwebhook log:\n{}",
+        webhook.log()
+    );
+    let (ok, out) = apply(&cluster, &driver("1.5.0")).await;
+    assert!(
+        ok && out.contains("Warning: this change reboots 4 nodes (package driver 1.4.0 → 1.5.0), 2 batches of at most 2 nodes at once under DeploymentPolicy gpu-rollout"),
+        "{out}"
+    );
+    // A label on the object (an update the webhook admits) reruns nothing: no warning.
+    let labelled = driver("1.5.0").replace(
+        "  name: driver\n",
+        "  name: driver\n  labels: {team: gpu}\n",
+    );
+    let (ok, out) = apply(&cluster, &labelled).await;
+    assert!(
+        ok && out.contains("configured") && !out.contains("this change"),
+        "{out}"
+    );
+}
+
+/// `kubectl apply -f - ARGS` of `manifest`: (success, stdout and stderr).
+async fn apply_args(cluster: &Cluster, manifest: &str, args: &[&str]) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let kubectl = cluster
+        .binary("kubectl")
+        .unwrap_or_else(|| "kubectl".into());
+    let mut child = tokio::process::Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["apply", "-f", "-"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(manifest.as_bytes())
+        .await
+        .expect("write manifest");
+    drop(stdin);
+    let out = child.wait_with_output().await.expect("kubectl output");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }

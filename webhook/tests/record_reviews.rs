@@ -47,6 +47,7 @@ async fn endpoint(
     let view = StaticView {
         policies: vec!["gpu-rollout".into()],
         users: vec![("gpu-host-setup".into(), "gpu-rollout".into())],
+        ..StaticView::default()
     };
     review(webhook, &body, &OperatorDefaults::default(), &view)
         .to_json()

@@ -42,6 +42,7 @@ fn cluster() -> StaticView {
             ("gpu-host-setup".into(), "gpu-rollout".into()),
             ("other".into(), "gpu-rollout".into()),
         ],
+        ..StaticView::default()
     }
 }
 

@@ -74,6 +74,7 @@ fn app_state(certs: &Arc<CertStore>) -> Arc<AppState> {
         cluster: Arc::new(StaticView {
             policies: vec!["gpu-rollout".into()],
             users: vec![],
+            ..StaticView::default()
         }),
         metrics: Metrics::new(),
         ready: Readiness::new(certs.clone()),

@@ -210,6 +210,21 @@ pub fn batch_size(strategy: &DeploymentStrategy, state: &BatchState, total: usiz
     usize::try_from(size.min(remaining).max(1)).unwrap_or(1)
 }
 
+/// The batch sizes a rollout over `total` nodes goes through when every batch passes: what the
+/// strategy plans before failures change it (the admission warnings' batch count).
+pub fn planned(strategy: &DeploymentStrategy, total: usize) -> Vec<usize> {
+    let mut state = initial(0, 0);
+    let (mut done, mut sizes) = (0, Vec::new());
+    // Every batch takes at least one node: at most `total` of them.
+    while done < total && sizes.len() < total {
+        let size = batch_size(strategy, &state, total).min(total - done).max(1);
+        done += size;
+        sizes.push(size);
+        state = evaluate(strategy, &state, done, 0, total);
+    }
+    sizes
+}
+
 /// Evaluates the batch that just ended (upstream-api.md §5.6), given the compartment's current
 /// `complete` and `failed` node counts; called only when no node of the compartment is in flight.
 /// - counts below the checkpoints (nodes left, or a failed node was fixed and reran): resync, no

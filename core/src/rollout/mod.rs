@@ -8,8 +8,9 @@
 
 pub mod absorb;
 pub mod batches;
+pub mod blast;
 pub(crate) mod budget;
-pub(crate) mod compartments;
+pub mod compartments;
 pub mod config_updates;
 pub mod disruption;
 pub mod graph;

@@ -625,7 +625,10 @@ fn rbac_is_least_privilege() {
     let webhook_cr = find(&docs, "ClusterRole", &format!("{NS}.{FULL}-webhook"));
     assert_eq!(
         webhook_cr["rules"],
-        json!([{"apiGroups": ["nodewright.nvidia.com"], "resources": ["nodewrights", "deploymentpolicies"], "verbs": ["list", "watch"]}])
+        json!([
+            {"apiGroups": ["nodewright.nvidia.com"], "resources": ["nodewrights", "deploymentpolicies"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+        ])
     );
     let webhook_role = find(&docs, "Role", &format!("{FULL}-webhook"));
     assert_eq!(

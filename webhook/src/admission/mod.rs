@@ -397,6 +397,7 @@ mod tests {
         StaticView {
             policies: vec!["gpu-rollout".into()],
             users: vec![("gpu-host-setup".into(), "gpu-rollout".into())],
+            ..StaticView::default()
         }
     }
 

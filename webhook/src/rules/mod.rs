@@ -10,6 +10,7 @@
 //! [`ClusterView`], which the server implements over watch-backed caches and tests implement in
 //! memory. Nothing here performs I/O, so every rule is unit-testable and cheap to run per request.
 
+mod blast_radius;
 pub mod cluster;
 pub mod findings;
 mod graph;
@@ -38,7 +39,8 @@ use self::cluster::ClusterView;
 use self::findings::{Findings, Verdict};
 
 /// Validates a NodeWright on CREATE (`old` is `None`) or UPDATE (`old` is the stored object, which
-/// enables the uninstall guards and the cancel warning), within the administrator's
+/// enables the uninstall guards and the cancel warning), warns its blast radius (what runs again,
+/// on how many nodes, in how many batches), within the administrator's
 /// `restrictions` (control-plane tolerations, allowed images, protected Secrets).
 ///
 /// An UPDATE that leaves the spec unchanged (finalizers, labels, the pause/disable annotations) is
@@ -60,6 +62,7 @@ pub fn validate_nodewright(
     if let Some(old) = old {
         update::check(old, new, &mut findings);
     }
+    blast_radius::check(new, old, cluster, &mut findings);
     findings.finish()
 }
 

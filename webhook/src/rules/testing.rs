@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package};
+use k8s_openapi::api::core::v1::Node;
+use nodewright_core::rollout::selection::NodeSelection;
+use nodewright_shared::api::{DeploymentPolicy, NodeWright, NodeWrightSpec, Package};
 
 use super::cluster::ClusterView;
 
@@ -11,6 +13,10 @@ use super::cluster::ClusterView;
 pub struct Cluster {
     /// policy name → NodeWrights referencing it.
     pub policies: BTreeMap<String, Vec<String>>,
+    /// Policies with their specs.
+    pub policy_specs: Vec<DeploymentPolicy>,
+    /// Nodes (`None`: unknown, no blast-radius warnings).
+    pub nodes: Option<Vec<Node>>,
 }
 
 impl Cluster {
@@ -21,6 +27,7 @@ impl Cluster {
                 .iter()
                 .map(|n| ((*n).to_owned(), Vec::new()))
                 .collect(),
+            ..Cluster::default()
         }
     }
 }
@@ -34,6 +41,24 @@ impl ClusterView for Cluster {
         let mut users = self.policies.get(policy).cloned().unwrap_or_default();
         users.sort();
         users
+    }
+
+    fn policy(&self, name: &str) -> Option<DeploymentPolicy> {
+        self.policy_specs
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .cloned()
+    }
+
+    fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
+        let empty = BTreeMap::new();
+        self.nodes.as_ref().map(|nodes| {
+            nodes
+                .iter()
+                .filter(|n| selection.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
+                .cloned()
+                .collect()
+        })
     }
 }
 
