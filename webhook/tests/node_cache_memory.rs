@@ -85,8 +85,8 @@ async fn webhook_memory_with_the_node_watch() {
     // Ready means every cache listed, the node watch included.
     wait_ready(&webhook, &ca).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss = status_kib(pid, "VmRSS").unwrap_or(0);
-    let peak = status_kib(pid, "VmHWM").unwrap_or(0);
+    let rss = status_kib(pid, "VmRSS:").unwrap_or(0);
+    let peak = status_kib(pid, "VmHWM:").unwrap_or(0);
     println!(
         "webhook node watch: {count} nodes (created in {:.1}s): VmRSS {:.1} MiB, VmHWM {:.1} MiB",
         create_time.as_secs_f64(),
