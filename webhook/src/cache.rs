@@ -31,6 +31,10 @@ pub struct ClusterCache {
     policies: Store<DynamicObject>,
     nodewrights: Store<DynamicObject>,
     nodes: Store<PartialObjectMeta<Node>>,
+    /// The node store has listed. Readiness does not wait for it: the nodes only feed warnings,
+    /// and admission (the emergency pause among it) must not depend on them, e.g. when the
+    /// webhook may not list nodes (an older ClusterRole); until then no blast-radius warning.
+    nodes_listed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Keeps a DeploymentPolicy's spec and name.
@@ -95,6 +99,15 @@ impl ClusterCache {
             .modify(trim_node),
         );
         tokio::spawn(drain("nodes", node_stream));
+        let nodes_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let (nodes, listed) = (nodes.clone(), nodes_listed.clone());
+            tokio::spawn(async move {
+                if nodes.wait_until_ready().await.is_ok() {
+                    listed.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
 
         let resource = ApiResource::erase::<NodeWright>(&());
         let nw_writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
@@ -113,14 +126,20 @@ impl ClusterCache {
             policies,
             nodewrights,
             nodes,
+            nodes_listed,
         }
     }
 
-    /// Resolves once every store has completed its first list.
+    /// Resolves once the stores admission depends on (policies, NodeWrights) have completed their
+    /// first list.
     pub async fn synced(&self) -> bool {
         self.policies.wait_until_ready().await.is_ok()
             && self.nodewrights.wait_until_ready().await.is_ok()
-            && self.nodes.wait_until_ready().await.is_ok()
+    }
+
+    /// Resolves once the node store has listed too (tests and tools that want the warnings).
+    pub async fn nodes_synced(&self) -> bool {
+        self.nodes.wait_until_ready().await.is_ok()
     }
 
     /// Nodes in the cache.
@@ -177,6 +196,9 @@ impl ClusterView for ClusterCache {
     }
 
     fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
+        if !self.nodes_listed.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
         let empty = std::collections::BTreeMap::new();
         Some(
             self.nodes

@@ -320,7 +320,8 @@ impl Env {
         let client = cluster.client().await.map_err(setup("client"))?;
         let ready = nodewright_webhook::routes::Readiness::new(certs.clone());
         let cache = nodewright_webhook::cache::ClusterCache::start(client.clone());
-        if !cache.synced().await {
+        // The node watch too: the pages show the blast-radius warnings it feeds.
+        if !cache.synced().await || !cache.nodes_synced().await {
             return Err(HarnessError::Setup("webhook caches did not sync".into()));
         }
         ready.caches_synced.store(true, Ordering::SeqCst);
