@@ -39,6 +39,7 @@ pub fn admission(data: &[u8]) {
     let view = StaticView {
         policies: vec!["policy".into()],
         users: vec![("in-use".into(), "policy".into())],
+        ..StaticView::default()
     };
     let wrapped: Option<Value> = if selector & 4 == 0 {
         serde_json::from_slice(rest).ok()
