@@ -41,6 +41,14 @@ pub enum ReconcileError {
     /// A package or node-metadata ConfigMap could not be built.
     #[error(transparent)]
     ConfigMap(#[from] ConfigMapError),
+    /// `spec.drainConfig` holds a duration admission would have refused.
+    #[error("NodeWright {nodewright}: {source}")]
+    DrainConfig {
+        /// The NodeWright.
+        nodewright: String,
+        /// What is wrong.
+        source: nodewright_core::node::drain::DrainConfigError,
+    },
     /// JSON (de)serialisation of an operator-owned value failed.
     #[error("{what}: {source}")]
     Json {

@@ -45,7 +45,7 @@ use support::{
     BOUND, Operator, cluster, condition, condition_is, create_blocking_pdb, create_fake_node,
     create_labelled_nodewright, create_workload_pod, delete_node, fate_for, interrupt, job_package,
     on_nodes, operator_client, operator_env, package, patch_node, patch_nodewright, spawn_operator,
-    status_is, wait_event, wait_nodewright, wait_nodewright_gone, wait_status,
+    status_is, wait_event, wait_node, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -841,6 +841,118 @@ async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
     assert!(
         pods.get_opt("db-0").await.expect("get").is_none(),
         "db-0 evicted"
+    );
+    nodewrights
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &ns).await;
+    delete_node(&client, &node).await;
+}
+
+/// `drainConfig` (upstream #264): a drain a PodDisruptionBudget holds past `timeout` makes the node
+/// erroring with a DrainTimeout Warning Event, cordoned, the pod untouched (nothing is forced);
+/// `disableEviction` then deletes the pod past the budget (with `gracePeriod` 0), the node drains,
+/// the rollout completes and the drain-start mark is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_config_bounds_the_drain_and_can_bypass_the_budget() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("drain-config")
+        .await
+        .expect("namespace");
+    let node = format!("{ns}-node");
+    create_fake_node(&client, &node, &[], json!([])).await;
+    create_workload_pod(&client, &ns, "db-0", "db", &node).await;
+    let _pdbs = create_blocking_pdb(cluster, &client, &ns, "db").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let _operator = start_operator(operator_client().await, &ns, None);
+    let mut tuned = package("1.0.0", &[]);
+    tuned.interrupt = interrupt(InterruptType::Service, &["tuned"]);
+    create_labelled_nodewright(
+        &client,
+        SUITE_LABEL,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&node]),
+            packages: BTreeMap::from([("tuned".to_owned(), tuned)]),
+            drain_config: Some(nodewright_shared::api::DrainConfig {
+                timeout: Some("3s".into()),
+                ..Default::default()
+            }),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    let nodewrights = Api::<NodeWright>::all(client.clone());
+    wait_nodewright(
+        cluster,
+        &client,
+        &ns,
+        "its node erroring: the drain timed out",
+        |nw| nw.status.as_ref().and_then(|s| s.node_status.get(&node)) == Some(&Status::Erroring),
+    )
+    .await;
+    let warning = wait_event(cluster, &client, &node, "DrainTimeout", "Node").await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        warning
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("did not drain within drainConfig.timeout (3s)")),
+        "{warning:?}"
+    );
+    let n = Api::<Node>::all(client.clone())
+        .get(&node)
+        .await
+        .expect("node");
+    assert_eq!(
+        n.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "still cordoned"
+    );
+    assert!(
+        n.annotations()
+            .contains_key(&nodewright_shared::keys::drain_start_key(&ns)),
+        "the drain's start is on the node"
+    );
+    let db = pods.get("db-0").await.expect("db-0 still there");
+    assert!(db.metadata.deletion_timestamp.is_none(), "nothing forced");
+
+    // disableEviction: the pod is deleted past its budget, the node drains, the rollout completes.
+    nodewrights
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"drainConfig": {"disableEviction": true, "gracePeriod": "0s"}}}),
+            ),
+        )
+        .await
+        .expect("drainConfig patched");
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    assert!(
+        pods.get_opt("db-0").await.expect("get").is_none(),
+        "db-0 deleted"
+    );
+    let n = wait_node(
+        cluster,
+        &client,
+        &node,
+        "uncordoned, its drain mark gone",
+        |n| {
+            n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+                && !n
+                    .annotations()
+                    .contains_key(&nodewright_shared::keys::drain_start_key(&ns))
+        },
+    )
+    .await;
+    assert!(
+        nodewright_core::node::cordon::claimants(&n)
+            .next()
+            .is_none()
     );
     nodewrights
         .delete(&ns, &DeleteParams::default())

@@ -69,6 +69,13 @@ pub fn cordon_key(nodewright: &str) -> String {
     format!("{PREFIX}cordon_{nodewright}")
 }
 
+/// Node annotation: when this NodeWright's drain of the node first found it not drained (RFC 3339),
+/// written only under a `drainConfig.timeout`, so the bound survives operator restarts; removed
+/// once the node drained or the cordon was released.
+pub fn drain_start_key(nodewright: &str) -> String {
+    format!("{PREFIX}drainStart_{nodewright}")
+}
+
 /// Node annotation, `"true"` when the node was already unschedulable (cordoned by an administrator or
 /// another tool) when the first NodeWright took a cordon claim on it ([`cordon_key`]): releasing the
 /// last claim then leaves the node cordoned, so an administrator's cordon is never undone. Absent:

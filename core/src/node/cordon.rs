@@ -78,6 +78,8 @@ pub fn uncordon(edit: &mut NodeEdit, node: &Node, nodewright: &str) {
 pub fn release(edit: &mut NodeEdit, node: &Node, released: &[&str]) {
     for name in released {
         edit.remove_annotation(keys::cordon_key(name));
+        // A released cordon ends its drain, timed out or not.
+        edit.remove_annotation(keys::drain_start_key(name));
     }
     if claimants(node).any(|n| !released.contains(&n)) {
         return;
@@ -88,26 +90,13 @@ pub fn release(edit: &mut NodeEdit, node: &Node, released: &[&str]) {
     edit.remove_annotation(keys::CORDONED_BEFORE_ANNOTATION);
 }
 
-/// Whether a pod on a node being drained must leave it (upstream's `ShouldEvict`): Running or
-/// Pending; not tolerating the cordon (that covers the operator's own pods and DaemonSet pods); not
-/// owned by a DaemonSet; not in `kube-system`.
+/// Whether a pod on a node being drained must leave it under the default drain (upstream's
+/// `ShouldEvict`; [`crate::node::drain::decide`] with [`crate::node::drain::DrainOptions`]'s
+/// defaults): Running or Pending; not tolerating the cordon (the operator's own pods); not owned by
+/// a DaemonSet; not in `kube-system`; not a static pod's mirror.
 pub fn should_evict(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if !matches!(phase, Some("Running" | "Pending")) {
-        return false;
-    }
-    if pod.namespace().as_deref() == Some("kube-system") {
-        return false;
-    }
-    let tolerates_cordon = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable"));
-    let daemonset = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    !tolerates_cordon && !daemonset
+    use crate::node::drain::{DrainOptions, PodDrain, decide};
+    !matches!(decide(pod, &DrainOptions::default()), PodDrain::Ignore)
 }
 
 /// The Running or Pending pods matching `selector` (`podNonInterruptLabels`; absent or empty: none),

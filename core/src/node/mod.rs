@@ -4,6 +4,7 @@
 
 pub mod conditions;
 pub mod cordon;
+pub mod drain;
 pub mod edit;
 pub mod record;
 pub mod state;

@@ -21,6 +21,7 @@ use nodewright_core::jobs::{
     InterruptJobInput, PackageJobInput, build_interrupt_job, build_package_job,
 };
 use nodewright_core::node::cordon;
+use nodewright_core::node::drain::{self, DrainOptions};
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::state::{parse_state, status_edit};
 use nodewright_core::rollout::absorb;
@@ -89,6 +90,13 @@ pub async fn advance(
     let nw = nodewright.name_any();
     let name = node.name_any();
     let rank = Rank::of(nodewright);
+    let drain_options =
+        DrainOptions::of(nodewright.spec.drain_config.as_ref()).map_err(|source| {
+            ReconcileError::DrainConfig {
+                nodewright: nw.clone(),
+                source,
+            }
+        })?;
     let mut node = node;
     let mut fresh = false;
     // The pass already planned this node from the same cached state: the first attempt uses that.
@@ -130,9 +138,15 @@ pub async fn advance(
             });
         }
         let complete = graph::all_done(&nodewright.spec.packages, &p.state);
+        // A drain past drainConfig.timeout (still cordoned, not drained): the node is erroring and
+        // stays cordoned; nothing is forced.
+        let drain_timed_out = !complete
+            && cordon::holds_cordon(&node, &nw)
+            && drain_started(&node, &nw)
+                .is_some_and(|started| drain::timed_out(started, drain_options.timeout, ctx.now()));
         let status = node_status(NodeFacts {
             complete,
-            erroring: any_erroring(nodewright, &p.state),
+            erroring: any_erroring(nodewright, &p.state) || drain_timed_out,
             active: true,
             ..NodeFacts::default()
         });
@@ -201,8 +215,11 @@ pub async fn advance(
             }
             Err(e) => return Err(e.into()),
         }
+        if drain_timed_out {
+            announce_drain_timeout(ctx, nodewright, &node, &drain_options).await;
+        }
         // The next stages first (the rollout's critical path), then the absorbed Jobs' marks.
-        let draining = execute(ctx, nodewright, &node, &p, node_order).await?;
+        let draining = execute(ctx, nodewright, &node, &p, node_order, &drain_options).await?;
         mark_absorbed(ctx, &absorbed).await?;
         if !cleared.is_empty() {
             announce_cleared(ctx, nodewright, &node, &cleared).await;
@@ -309,6 +326,65 @@ async fn announce_cleared(
     }
 }
 
+/// Event reason of a drain that ran past `drainConfig.timeout`.
+pub const DRAIN_TIMEOUT: &str = "DrainTimeout";
+
+/// When this NodeWright's drain of `node` first found it not drained
+/// ([`keys::drain_start_key`]), if it is still draining.
+fn drain_started(node: &Node, nodewright: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    node.annotations()
+        .get(&keys::drain_start_key(nodewright))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Keeps the drain-start mark under a `drainConfig.timeout`: written when the drain first finds
+/// the node not drained (so the bound survives restarts), removed once it drained. A failed write
+/// is retried by the next pass (the drain's own requeue).
+async fn note_drain_start(
+    ctx: &Context,
+    node: &Node,
+    nodewright: &str,
+    drained: bool,
+    options: &DrainOptions,
+) {
+    let key = keys::drain_start_key(nodewright);
+    let marked = node.annotations().contains_key(&key);
+    let mut edit = NodeEdit::default();
+    match (drained, marked) {
+        (false, false) if options.timeout.is_some() => {
+            edit.annotate(key, ctx.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        }
+        (true, true) => edit.remove_annotation(key),
+        _ => return,
+    }
+    if let Err(e) = ctx.writer.apply_node_edit(node, &edit).await {
+        debug!(node = %node.name_any(), error = %e, "the drain-start mark was not written; the next pass retries");
+    }
+}
+
+/// A Warning Event on the NodeWright and the node: the drain ran past its bound.
+async fn announce_drain_timeout(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    node: &Node,
+    options: &DrainOptions,
+) {
+    let name = node.name_any();
+    let bound = options
+        .timeout
+        .map(|t| format!("{}s", t.as_secs()))
+        .unwrap_or_default();
+    let note = format!(
+        "Node [{name}] did not drain within drainConfig.timeout ({bound}): it stays cordoned and erroring; the pods still on it hold the drain (kubectl get pods -A --field-selector spec.nodeName={name})"
+    );
+    ctx.events
+        .warn_on_nodewright(nodewright, DRAIN_TIMEOUT, note.clone(), None)
+        .await;
+    ctx.events
+        .warn_on_node(node, DRAIN_TIMEOUT, note, None)
+        .await;
+}
+
 /// Event reason of a stage held back while the Jobs an earlier version left in the operator's
 /// namespace are settled (`runtime::legacy_jobs`).
 pub const SETTLING_OLD_JOBS: &str = "SettlingOldJobs";
@@ -324,6 +400,7 @@ async fn execute(
     node: &Node,
     p: &Plan,
     node_order: i64,
+    drain_options: &DrainOptions,
 ) -> Result<bool, ReconcileError> {
     let nw = nodewright.name_any();
     let name = node.name_any();
@@ -391,8 +468,10 @@ async fn execute(
                         &name,
                         &nw,
                         nodewright.spec.pod_non_interrupt_labels.as_ref(),
+                        drain_options,
                     )
                     .await?;
+                    note_drain_start(ctx, node, &nw, d, drain_options).await;
                     drained = Some(d);
                     d
                 }

@@ -138,7 +138,7 @@ mod tests {
         let results = [
             writer.delete_job("j").await.err(),
             writer.delete_pod("p").await.err(),
-            writer.evict("ns", "p").await.err(),
+            writer.evict("ns", "p", None).await.err(),
             writer.delete_configmap("c").await.err(),
             writer
                 .patch_job("j", serde_json::json!({"spec": {"suspend": true}}))

@@ -3,12 +3,14 @@
 //! every doc comment here is what users read in `kubectl explain`.
 
 mod cel;
+mod drain;
 mod history;
 mod nodewright;
 mod package;
 mod policy;
 mod status;
 
+pub use drain::DrainConfig;
 pub use history::{AutomaticRollback, MAX_REVISIONS, Revision, RollbackPhase};
 pub use nodewright::{
     DEFAULT_PRIORITY, DeploymentPolicyOptions, InterruptionBudget, MAX_PACKAGES, NodeWright,

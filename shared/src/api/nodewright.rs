@@ -92,6 +92,11 @@ pub struct NodeWrightSpec {
     #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub pod_non_interrupt_labels: Option<LabelSelector>,
 
+    /// How a node is drained before an interrupt (eviction or deletion, which pods, a grace period,
+    /// a time bound). Unset: evict every pod that must leave, with no time bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_config: Option<super::DrainConfig>,
+
     /// The nodes this NodeWright targets. Empty: every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-map-type" = "atomic"))]

@@ -126,6 +126,9 @@ pub fn check(nw: &NodeWright, cluster: &dyn ClusterView, f: &mut Findings) {
         "pod non-interrupt labels are not valid",
         f,
     );
+    if let Err(e) = nodewright_core::node::drain::DrainOptions::of(spec.drain_config.as_ref()) {
+        f.error(format!("spec.drainConfig.{}", e.field), e.to_string());
+    }
     let oversized = size_errors(nw);
     if oversized.is_empty() {
         for (key, p) in &spec.packages {
@@ -164,6 +167,27 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
     use nodewright_shared::api::{InterruptionBudget, NodeWright, Package, PackageResources};
+
+    #[test]
+    fn a_drain_config_duration_admission_would_misread_is_refused_naming_it() {
+        let mut nw = nodewright("nw", [("tool", package("1.0.0"))]);
+        nw.spec.drain_config = Some(nodewright_shared::api::DrainConfig {
+            timeout: Some("-5m".into()),
+            grace_period: Some("30s".into()),
+            ..Default::default()
+        });
+        let got = lines(&nw);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].starts_with("spec.drainConfig.timeout: drainConfig.timeout \"-5m\" is not a non-negative Go duration"),
+            "{got:?}"
+        );
+        nw.spec.drain_config = Some(nodewright_shared::api::DrainConfig {
+            timeout: Some("10m".into()),
+            ..Default::default()
+        });
+        assert!(lines(&nw).is_empty());
+    }
 
     fn lines(nw: &NodeWright) -> Vec<String> {
         let v = validate_nodewright(
