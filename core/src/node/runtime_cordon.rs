@@ -77,8 +77,10 @@ mod tests {
 
     #[test]
     fn holding_cordons_and_marks() {
-        let mut edit = NodeEdit::default();
-        edit.unschedulable = Some(false);
+        let mut edit = NodeEdit {
+            unschedulable: Some(false),
+            ..NodeEdit::default()
+        };
         hold(&mut edit);
         assert_eq!(edit.unschedulable, Some(true));
         assert_eq!(edit.annotations.get(MARK), Some(&Some("true".to_owned())));

@@ -235,9 +235,11 @@ mod tests {
                 taint("dedicated", Some("gpu"), "NoSchedule"),
             ],
         );
-        let mut edit = NodeEdit::default();
         // A release computed first in the same edit (the completing NodeWright's claim) loses.
-        edit.unschedulable = Some(false);
+        let mut edit = NodeEdit {
+            unschedulable: Some(false),
+            ..NodeEdit::default()
+        };
         assert!(lift(&mut edit, &tainted, &runtime(), true));
         assert_eq!(edit.unschedulable, Some(true));
         assert_eq!(edit.annotations.get(mark), Some(&Some("true".to_owned())));
