@@ -4,7 +4,8 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use nodewright_core::node::cordon::holds_cordon;
+use nodewright_core::node::cordon::{holds_cordon, is_unschedulable};
+use nodewright_core::node::runtime_cordon;
 use nodewright_core::node::state::parse_state;
 use nodewright_core::rollout::stages::package_done;
 use nodewright_shared::api::{NodeWright, Status};
@@ -30,6 +31,11 @@ pub struct NodeSummary {
     pub restarts: i64,
     /// This NodeWright holds a cordon on the node.
     pub cordoned: bool,
+    /// The node is cordoned (`spec.unschedulable`), whoever cordoned it: `node status`'s `CORDONED`.
+    pub node_cordoned: bool,
+    /// The node holds the persistent cordon of `runtimeRequiredCordonAfter`
+    /// (`nodewright.nvidia.com/runtimeRequiredCordon`), which only its validator releases.
+    pub runtime_required_cordon: bool,
     /// The node carries the ignore label.
     pub ignored: bool,
     /// The records, one per package version.
@@ -98,6 +104,8 @@ pub fn summarize(node: &Node, name: &str, nw: Option<&NodeWright>) -> NodeSummar
         packages_total: total,
         restarts: state.iter().map(|r| i64::from(r.restarts)).sum(),
         cordoned: holds_cordon(node, name),
+        node_cordoned: is_unschedulable(node),
+        runtime_required_cordon: runtime_cordon::is_marked(node),
         ignored: node
             .labels()
             .get(keys::IGNORE_LABEL)

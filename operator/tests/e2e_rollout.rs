@@ -35,6 +35,10 @@
 //!     (an Event says why); then Jobs run in the package namespace and the old leftovers go.
 //! (q) with REAPPLY_ON_REBOOT, runtimeRequired and autoTaintNewNodes, a node rebooted out of band
 //!     gets the runtime-required taint back until its packages ran again (upstream #273).
+//! (r) runtimeRequiredCordonAfter (upstream #401): the write that lifts the taint cordons the node
+//!     and marks it; later passes keep it; a validator's one-patch release leaves it schedulable and
+//!     it is not cordoned again; uncordoned with the mark kept, the operator removes the stale mark;
+//!     only the mark removed, it stays cordoned; the NodeWright's deletion keeps the cordon.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1867,4 +1871,203 @@ async fn q_a_rebooted_node_is_tainted_again_until_its_packages_run_again() {
         .delete(&ns, &DeleteParams::default())
         .await
         .expect("NodeWright deleted");
+}
+
+/// The node's `spec.unschedulable`.
+fn unschedulable(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Whether the node carries the persistent cordon's mark.
+fn runtime_cordon_mark(node: &Node) -> Option<&str> {
+    node.annotations()
+        .get(keys::RUNTIME_REQUIRED_CORDON_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Whether the node carries the runtime-required taint.
+fn runtime_tainted(node: &Node) -> bool {
+    node.spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .any(|t| t.key == "nodewright.nvidia.com")
+}
+
+/// Touches the NodeWright `name` (its priority, to `priority`) and waits for the pass of the new
+/// generation to be recorded: a pass that ran after every change made before this call.
+async fn a_later_pass(cluster: &Cluster, client: &kube::Client, name: &str, priority: i32) {
+    let patched = Api::<NodeWright>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"priority": priority}})),
+        )
+        .await
+        .expect("priority changed");
+    let generation = patched.metadata.generation.expect("generation");
+    wait_nodewright(
+        cluster,
+        client,
+        name,
+        &format!("a pass of generation {generation}"),
+        |nw| {
+            support::condition(nw, "Ready").and_then(|c| c.observed_generation) >= Some(generation)
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_runtime_required_cordon_after_keeps_the_node_cordoned_until_a_validator_releases_it() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("cordon-after")
+        .await
+        .expect("namespace");
+    let name = format!("{ns}-node");
+    create_fake_node(
+        &client,
+        &name,
+        &[],
+        json!([{"key": "nodewright.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"}]),
+    )
+    .await;
+    let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
+    create_nodewright(
+        &client,
+        &ns,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[&name]),
+            runtime_required: true,
+            runtime_required_cordon_after: true,
+            packages: BTreeMap::from([("rt".to_owned(), package("1.0.0", &[]))]),
+            ..NodeWrightSpec::default()
+        },
+    )
+    .await;
+    wait_status(cluster, &client, &ns, Status::Complete).await;
+    // The taint goes and the persistent cordon comes (one write: never untainted and schedulable).
+    let held = support::wait_node(
+        cluster,
+        &client,
+        &name,
+        "untainted, cordoned and marked",
+        |n| !runtime_tainted(n) && unschedulable(n) && runtime_cordon_mark(n) == Some("true"),
+    )
+    .await;
+    assert!(
+        !held.annotations().contains_key(&keys::cordon_key(&ns)),
+        "no claim of the NodeWright: the cordon is the node's own"
+    );
+    assert!(
+        !held
+            .annotations()
+            .contains_key(keys::CORDONED_BEFORE_ANNOTATION)
+    );
+    // Later passes keep it (the operator never releases it).
+    a_later_pass(cluster, &client, &ns, 201).await;
+    let n = Api::<Node>::all(client.clone())
+        .get(&name)
+        .await
+        .expect("node");
+    assert!(unschedulable(&n) && runtime_cordon_mark(&n) == Some("true"));
+
+    // The validator releases it in one patch: schedulable, and the operator does not cordon again.
+    support::patch_node(
+        &client,
+        &name,
+        json!({"metadata": {"annotations": {keys::RUNTIME_REQUIRED_CORDON_ANNOTATION: null}},
+               "spec": {"unschedulable": false}}),
+    )
+    .await;
+    a_later_pass(cluster, &client, &ns, 202).await;
+    let n = Api::<Node>::all(client.clone())
+        .get(&name)
+        .await
+        .expect("node");
+    assert!(!unschedulable(&n), "not cordoned again");
+    assert_eq!(runtime_cordon_mark(&n), None);
+    assert!(!runtime_tainted(&n));
+
+    // Held again (as the operator leaves it), then only uncordoned with the mark kept: the operator
+    // removes the stale mark and leaves the node schedulable.
+    support::patch_node(
+        &client,
+        &name,
+        json!({"metadata": {"annotations": {keys::RUNTIME_REQUIRED_CORDON_ANNOTATION: "true"}},
+               "spec": {"unschedulable": true}}),
+    )
+    .await;
+    a_later_pass(cluster, &client, &ns, 203).await;
+    let n = Api::<Node>::all(client.clone())
+        .get(&name)
+        .await
+        .expect("node");
+    assert!(
+        unschedulable(&n) && runtime_cordon_mark(&n) == Some("true"),
+        "a held mark is kept"
+    );
+    support::patch_node(&client, &name, json!({"spec": {"unschedulable": false}})).await;
+    support::wait_node(cluster, &client, &name, "the stale mark removed", |n| {
+        runtime_cordon_mark(n).is_none()
+    })
+    .await;
+    a_later_pass(cluster, &client, &ns, 204).await;
+    let n = Api::<Node>::all(client.clone())
+        .get(&name)
+        .await
+        .expect("node");
+    assert!(!unschedulable(&n), "not cordoned again");
+    assert_eq!(runtime_cordon_mark(&n), None);
+
+    // Held again, then only the mark removed: nobody uncordons the node.
+    support::patch_node(
+        &client,
+        &name,
+        json!({"metadata": {"annotations": {keys::RUNTIME_REQUIRED_CORDON_ANNOTATION: "true"}},
+               "spec": {"unschedulable": true}}),
+    )
+    .await;
+    support::patch_node(
+        &client,
+        &name,
+        json!({"metadata": {"annotations": {keys::RUNTIME_REQUIRED_CORDON_ANNOTATION: null}}}),
+    )
+    .await;
+    a_later_pass(cluster, &client, &ns, 205).await;
+    let n = Api::<Node>::all(client.clone())
+        .get(&name)
+        .await
+        .expect("node");
+    assert!(
+        unschedulable(&n),
+        "only the mark removed: it stays cordoned"
+    );
+    assert_eq!(runtime_cordon_mark(&n), None);
+
+    // The persistent cordon survives the NodeWright's deletion (its finalizer keeps it).
+    support::patch_node(
+        &client,
+        &name,
+        json!({"metadata": {"annotations": {keys::RUNTIME_REQUIRED_CORDON_ANNOTATION: "true"}}}),
+    )
+    .await;
+    Api::<NodeWright>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, &client, &ns).await;
+    let n = Api::<Node>::all(client.clone())
+        .get(&name)
+        .await
+        .expect("node");
+    assert!(unschedulable(&n) && runtime_cordon_mark(&n) == Some("true"));
+    Api::<Node>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("node deleted");
 }

@@ -83,6 +83,12 @@ pub fn drain_start_key(nodewright: &str) -> String {
 /// claim uncordons it. It sits beside the claims rather than in their value, so operators and CLIs
 /// that only know `cordon_<name>: "true"` still read the claims as before.
 pub const CORDONED_BEFORE_ANNOTATION: &str = "nodewright.nvidia.com/cordonedBefore";
+/// Node annotation, `"true"` while the node holds the persistent cordon of `runtimeRequiredCordonAfter`:
+/// set with `spec.unschedulable=true` in the write that removes the runtime-required taint. Node-scoped
+/// (no NodeWright name), as upstream's: it belongs to no NodeWright, so deleting or resetting one
+/// keeps it, and no NodeWright's cordon release uncordons the node while it is there. Only an
+/// external actor (a validator) releases it, removing it and uncordoning in one patch.
+pub const RUNTIME_REQUIRED_CORDON_ANNOTATION: &str = "nodewright.nvidia.com/runtimeRequiredCordon";
 /// NodeWright annotation: `{package: stageTimeout}` the webhook filled from the operator default;
 /// such a package follows the operator's current default while its value is unchanged
 /// ([`crate::defaulted`]).

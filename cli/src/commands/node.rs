@@ -123,14 +123,23 @@ impl Render for NodeStatuses {
             return "No NodeWright records on the matching nodes.\n".to_owned();
         }
         if !wide {
-            let mut t = Table::new(&["NODE", "NODEWRIGHT", "STATUS", "PACKAGES"]);
+            let mut t = Table::new(&[
+                "NODE",
+                "NODEWRIGHT",
+                "STATUS",
+                "PACKAGES",
+                CORDON_HEADERS[0],
+                CORDON_HEADERS[1],
+            ]);
             for n in &self.0 {
-                t.row(vec![
+                let mut row = vec![
                     n.node_name.clone(),
                     n.nodewright.clone(),
                     status_cell(&n.status),
                     format!("{}/{}", n.packages_complete, n.packages_total),
-                ]);
+                ];
+                row.extend(cordon_cells(n));
+                t.row(row);
             }
             return t.render();
         }
@@ -143,10 +152,12 @@ impl Render for NodeStatuses {
             "STATE",
             "RESTARTS",
             "IMAGE",
+            CORDON_HEADERS[0],
+            CORDON_HEADERS[1],
         ]);
         for n in &self.0 {
             if n.packages.is_empty() {
-                t.row(vec![
+                let mut row = vec![
                     n.node_name.clone(),
                     n.nodewright.clone(),
                     "-".into(),
@@ -155,10 +166,12 @@ impl Render for NodeStatuses {
                     status_cell(&n.status),
                     "-".into(),
                     "-".into(),
-                ]);
+                ];
+                row.extend(cordon_cells(n));
+                t.row(row);
             }
             for p in &n.packages {
-                t.row(vec![
+                let mut row = vec![
                     n.node_name.clone(),
                     n.nodewright.clone(),
                     p.name.clone(),
@@ -167,11 +180,26 @@ impl Render for NodeStatuses {
                     status_cell(p.state.map_or("-", |s| s.as_str())),
                     p.restarts.to_string(),
                     or_dash(p.image.clone()),
-                ]);
+                ];
+                row.extend(cordon_cells(n));
+                t.row(row);
             }
         }
         t.render()
     }
+}
+
+/// `node status`'s last columns: whether the node is cordoned (by whoever), and whether it holds
+/// the persistent runtime-required cordon (`runtimeRequiredCordonAfter`), the one a validator must
+/// release: an administrator sees why a complete node takes no workloads.
+const CORDON_HEADERS: [&str; 2] = ["CORDONED", "RUNTIME-REQUIRED-CORDON"];
+
+/// The cells under [`CORDON_HEADERS`] (the `nodeCordoned` and `runtimeRequiredCordon` of `-o json`).
+fn cordon_cells(n: &NodeSummary) -> [String; 2] {
+    [
+        n.node_cordoned.to_string(),
+        n.runtime_required_cordon.to_string(),
+    ]
 }
 
 /// Runs `node status`.
@@ -279,4 +307,52 @@ pub async fn ignore(ctx: &Ctx, args: &PatternArgs, on: bool) -> Result<()> {
             .await?;
     }
     writer.print(ctx.format())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::summarize;
+    use nodewright_core::testing::node_with;
+
+    /// The lines of `table`, split in cells.
+    fn cells(table: &str) -> Vec<Vec<String>> {
+        table
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    }
+
+    #[test]
+    fn node_status_shows_the_cordon_and_the_runtime_required_cordon() {
+        let mark = keys::RUNTIME_REQUIRED_CORDON_ANNOTATION;
+        let state = keys::node_state_key("nw");
+        let pinned = node_with(true, &[(mark, "true"), (&state, "{}")]);
+        let free = node_with(false, &[(&state, "{}")]);
+        for wide in [false, true] {
+            let table = NodeStatuses(vec![summarize(&pinned, "nw", None)]).table(wide);
+            let rows = cells(&table);
+            let header = &rows[0];
+            assert_eq!(
+                header[header.len() - 2..],
+                ["CORDONED", "RUNTIME-REQUIRED-CORDON"],
+                "{table}"
+            );
+            assert_eq!(rows[1][rows[1].len() - 2..], ["true", "true"], "{table}");
+            let table = NodeStatuses(vec![summarize(&free, "nw", None)]).table(wide);
+            let rows = cells(&table);
+            assert_eq!(rows[1][rows[1].len() - 2..], ["false", "false"], "{table}");
+        }
+        // The same facts in -o json.
+        let json =
+            serde_json::to_value(NodeStatuses(vec![summarize(&pinned, "nw", None)])).expect("json");
+        assert_eq!(json[0]["nodeCordoned"], true);
+        assert_eq!(json[0]["runtimeRequiredCordon"], true);
+        // Cordoned by hand, no mark.
+        let cordoned = node_with(true, &[(&state, "{}")]);
+        let json = serde_json::to_value(NodeStatuses(vec![summarize(&cordoned, "nw", None)]))
+            .expect("json");
+        assert_eq!(json[0]["nodeCordoned"], true);
+        assert_eq!(json[0]["runtimeRequiredCordon"], false);
+    }
 }

@@ -188,4 +188,18 @@ mod tests {
         let ours = node(true, &[(&claim, "true")]);
         assert_eq!(reset_node_edit(&ours, "gpu").unschedulable, Some(false));
     }
+
+    #[test]
+    fn the_runtime_required_cordon_survives_it() {
+        let mark = keys::RUNTIME_REQUIRED_CORDON_ANNOTATION;
+        let claim = keys::cordon_key("gpu");
+        for annotations in [
+            vec![(mark, "true")],
+            vec![(mark, "true"), (claim.as_str(), "true")],
+        ] {
+            let edit = reset_node_edit(&node(true, &annotations), "gpu");
+            assert_ne!(edit.unschedulable, Some(false), "{annotations:?}");
+            assert!(!edit.annotations.contains_key(mark), "the mark stays");
+        }
+    }
 }

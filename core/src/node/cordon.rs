@@ -11,6 +11,7 @@ use kube_core::{Selector, SelectorExt};
 use nodewright_shared::keys;
 
 use crate::node::edit::NodeEdit;
+use crate::node::runtime_cordon;
 
 /// Whether `nodewright` holds a cordon on the node.
 pub fn holds_cordon(node: &Node, nodewright: &str) -> bool {
@@ -46,10 +47,13 @@ pub fn cordoned_before(node: &Node) -> bool {
 
 /// Adds the cordon (and this NodeWright's claim on it) to `edit`. The first claim on the node also
 /// records whether the node was already cordoned ([`keys::CORDONED_BEFORE_ANNOTATION`]); a later
-/// claim keeps that record, which describes the node before any NodeWright touched it.
+/// claim keeps that record, which describes the node before any NodeWright touched it. A node
+/// holding the persistent runtime-required cordon ([`runtime_cordon`]) is not recorded as cordoned
+/// before: its mark, not that record, keeps it cordoned, and once a validator releases the mark
+/// while this claim is held, the claim's release uncordons the node as usual.
 pub fn cordon(edit: &mut NodeEdit, node: &Node, nodewright: &str) {
     if claimants(node).all(|n| n == nodewright) {
-        if is_unschedulable(node) {
+        if is_unschedulable(node) && !runtime_cordon::is_marked(node) {
             edit.annotate(keys::CORDONED_BEFORE_ANNOTATION, "true");
         } else {
             // A record an older operator left behind when it released the last claim.
@@ -74,7 +78,9 @@ pub fn uncordon(edit: &mut NodeEdit, node: &Node, nodewright: &str) {
 /// node goes back to how it was before the first claim: schedulable, or left cordoned when it was
 /// cordoned already. Whatever happens to `spec.unschedulable` between the first claim and the last
 /// release cannot be told apart from the NodeWrights' own cordon: an administrator who cordons a
-/// node while a NodeWright holds it sees it uncordoned at the release, as with kured.
+/// node while a NodeWright holds it sees it uncordoned at the release, as with kured. A node that
+/// holds the persistent runtime-required cordon ([`runtime_cordon`]) is never uncordoned here: only
+/// the validator that removes its mark releases it.
 pub fn release(edit: &mut NodeEdit, node: &Node, released: &[&str]) {
     for name in released {
         edit.remove_annotation(keys::cordon_key(name));
@@ -84,7 +90,7 @@ pub fn release(edit: &mut NodeEdit, node: &Node, released: &[&str]) {
     if claimants(node).any(|n| !released.contains(&n)) {
         return;
     }
-    if !cordoned_before(node) {
+    if !cordoned_before(node) && !runtime_cordon::is_marked(node) {
         edit.unschedulable = Some(false);
     }
     edit.remove_annotation(keys::CORDONED_BEFORE_ANNOTATION);
@@ -298,6 +304,46 @@ mod tests {
             assert!(is_unschedulable(&released), "released {first} then {last}");
             assert_eq!(claimants(&released).count(), 0);
         }
+    }
+
+    #[test]
+    fn no_release_uncordons_a_node_under_the_runtime_required_cordon() {
+        let mark = keys::RUNTIME_REQUIRED_CORDON_ANNOTATION;
+        let pinned = node_with(true, &[(mark, "true")]);
+        // An interrupt's claim on the pinned node records no prior cordon: the mark does that job.
+        let held = cordoned(&pinned, "a");
+        assert!(holds_cordon(&held, "a"));
+        assert!(!cordoned_before(&held));
+        let released = uncordoned(&held, "a");
+        assert!(is_unschedulable(&released), "the mark keeps it cordoned");
+        assert!(!holds_cordon(&released, "a"));
+        assert_eq!(
+            released.annotations().get(mark).map(String::as_str),
+            Some("true")
+        );
+        // A leftover claim's release (or the finalizer's, or a reset's) keeps it too.
+        let leftover = node_with(true, &[(mark, "true"), (&keys::cordon_key("gone"), "true")]);
+        let mut edit = NodeEdit::default();
+        release(&mut edit, &leftover, &["gone"]);
+        assert_ne!(edit.unschedulable, Some(false));
+        assert!(is_unschedulable(&applied(&leftover, &edit)));
+        // The validator released the mark while the claim was held: the claim's release uncordons.
+        let mut validated = held.clone();
+        validated
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .remove(mark);
+        validated.spec.get_or_insert_default().unschedulable = Some(false);
+        assert!(!is_unschedulable(&uncordoned(&validated, "a")));
+        // Validated while still cordoned by the claim (only the mark removed): released as usual.
+        let mut mark_only = held;
+        mark_only
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .remove(mark);
+        assert!(!is_unschedulable(&uncordoned(&mark_only, "a")));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The runtime-required taint (upstream-operator.md §7.2): workloads stay off a node until every
 //! `runtimeRequired` NodeWright targeting it is complete there; then the taint (same key and effect,
 //! any value, as Kubernetes' `MatchTaint`) is removed. New nodes get the taint from
-//! [`super::auto_taint`] when a NodeWright asks for it.
+//! [`super::auto_taint`] when a NodeWright asks for it. With `runtimeRequiredCordonAfter`, the write
+//! that removes the taint also cordons the node ([`crate::node::runtime_cordon`]).
 
 use std::sync::Arc;
 
@@ -12,6 +13,8 @@ use nodewright_shared::api::NodeWright;
 use super::graph::all_done;
 use super::selection::NodeSelection;
 use crate::jobs::RuntimeTaint;
+use crate::node::edit::NodeEdit;
+use crate::node::runtime_cordon;
 use crate::node::state::parse_state;
 use nodewright_shared::node_state::NodeState;
 
@@ -38,6 +41,30 @@ pub fn runtime_ready_with(
         }
     });
     any && done
+}
+
+/// Whether any `runtimeRequired` NodeWright of `all` that targets `node` asks for the persistent
+/// cordon (`runtimeRequiredCordonAfter`; ignored without `runtimeRequired`, as upstream).
+pub fn cordon_after_wanted(all: &[Arc<NodeWright>], node: &Node) -> bool {
+    all.iter()
+        .filter(|nw| nw.spec.runtime_required && nw.spec.runtime_required_cordon_after)
+        .any(|nw| NodeSelection::of(nw).is_ok_and(|s| s.matches(node.labels())))
+}
+
+/// Removes the runtime-required taint in `edit` when `node` carries it; with `cordon_after`, the same
+/// edit holds the persistent cordon ([`runtime_cordon::hold`]), so the node never accepts workloads
+/// between the two. A node without the taint is left alone (never cordoned). Call it after any
+/// cordon release of the same edit: the persistent cordon wins over the release. Returns whether
+/// the taint is lifted.
+pub fn lift(edit: &mut NodeEdit, node: &Node, taint: &RuntimeTaint, cordon_after: bool) -> bool {
+    let Some(left) = without_runtime_taint(node, taint) else {
+        return false;
+    };
+    edit.taints = Some(left);
+    if cordon_after {
+        runtime_cordon::hold(edit);
+    }
+    true
 }
 
 /// The node's taints without the runtime-required one, when it carries it.
@@ -164,6 +191,76 @@ mod tests {
             &n,
             Some(("a", &NodeState::default()))
         ));
+    }
+
+    fn cordon_after(name: &str, required: bool, after: bool) -> Arc<NodeWright> {
+        let mut nw = nodewright(name, required);
+        nw.spec.runtime_required_cordon_after = after;
+        Arc::new(nw)
+    }
+
+    #[test]
+    fn any_runtime_required_nodewright_asking_for_it_wants_the_cordon() {
+        let n = node(&[], vec![]);
+        assert!(!cordon_after_wanted(&[cordon_after("a", true, false)], &n));
+        assert!(cordon_after_wanted(
+            &[
+                cordon_after("a", true, false),
+                cordon_after("b", true, true)
+            ],
+            &n
+        ));
+        // Only respected with runtimeRequired.
+        assert!(!cordon_after_wanted(&[cordon_after("c", false, true)], &n));
+        // Only from NodeWrights that target the node.
+        let mut elsewhere = nodewright("d", true);
+        elsewhere.spec.runtime_required_cordon_after = true;
+        elsewhere.spec.node_selectors =
+            serde_json::from_value(serde_json::json!({"matchLabels": {"pool": "other"}}))
+                .expect("selector");
+        assert!(!cordon_after_wanted(&[Arc::new(elsewhere)], &n));
+    }
+
+    #[test]
+    fn lifting_the_taint_cordons_in_the_same_edit_only_when_asked_and_tainted() {
+        let mark = keys::RUNTIME_REQUIRED_CORDON_ANNOTATION;
+        let tainted = node(
+            &[],
+            vec![
+                taint(
+                    "nodewright.nvidia.com",
+                    Some("runtime-required"),
+                    "NoSchedule",
+                ),
+                taint("dedicated", Some("gpu"), "NoSchedule"),
+            ],
+        );
+        // A release computed first in the same edit (the completing NodeWright's claim) loses.
+        let mut edit = NodeEdit {
+            unschedulable: Some(false),
+            ..NodeEdit::default()
+        };
+        assert!(lift(&mut edit, &tainted, &runtime(), true));
+        assert_eq!(edit.unschedulable, Some(true));
+        assert_eq!(edit.annotations.get(mark), Some(&Some("true".to_owned())));
+        assert_eq!(
+            edit.taints.as_deref().map(|t| t.len()),
+            Some(1),
+            "only the runtime taint goes"
+        );
+
+        // Not asked: the taint goes, the node stays schedulable, no mark.
+        let mut edit = NodeEdit::default();
+        assert!(lift(&mut edit, &tainted, &runtime(), false));
+        assert!(edit.taints.is_some());
+        assert_eq!(edit.unschedulable, None);
+        assert!(!edit.annotations.contains_key(mark));
+
+        // Never tainted: nothing at all, even when asked.
+        let untainted = node(&[], vec![taint("dedicated", Some("gpu"), "NoSchedule")]);
+        let mut edit = NodeEdit::default();
+        assert!(!lift(&mut edit, &untainted, &runtime(), true));
+        assert_eq!(edit, NodeEdit::default());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::state::{parse_state, status_edit};
-use nodewright_core::node::{conditions, cordon};
+use nodewright_core::node::{conditions, cordon, runtime_cordon};
 use nodewright_core::rollout::disruption::CapState;
 use nodewright_core::rollout::pass::{self, PassDecision, PassInput};
 use nodewright_core::rollout::runtime_taint;
@@ -58,6 +58,8 @@ enum Act {
         absorbed: Vec<String>,
         complete: bool,
         lift_taint: bool,
+        /// With the taint lifted, hold the persistent cordon (`runtimeRequiredCordonAfter`).
+        cordon_after: bool,
     },
 }
 
@@ -119,6 +121,7 @@ pub async fn act_on_nodes(
                         &row.node,
                         Some((&input.nodewright.name_any(), &state)),
                     ),
+                cordon_after: runtime_taint::cordon_after_wanted(all_nodewrights, &row.node),
                 node: row.node.clone(),
                 state,
                 absorbed: std::mem::take(&mut row.absorbed),
@@ -227,6 +230,7 @@ async fn act_on_node(
             absorbed,
             complete,
             lift_taint,
+            cordon_after,
         } => {
             let marked = MarkNode {
                 nodewright: &nw,
@@ -234,6 +238,7 @@ async fn act_on_node(
                 status: idle,
                 complete,
                 lift_runtime_taint: lift_taint,
+                cordon_after,
             };
             let result = match mark_node(ctx, &node, &marked).await {
                 // Marked only once their outcomes are in the node's records.
@@ -305,12 +310,16 @@ struct MarkNode<'a> {
     status: Status,
     complete: bool,
     lift_runtime_taint: bool,
+    /// With the taint lifted, hold the persistent cordon in the same write.
+    cordon_after: bool,
 }
 
 /// Writes the node's status annotation and label (and its records, when absorbed outcomes changed
-/// them) for a node not worked on this pass, releases the cordon of a complete node, and lifts the
-/// runtime-required taint once the node is runtime-ready. Returns whether the node's records are
-/// `mark.state` afterwards (the absorbed outcomes are in).
+/// them) for a node not worked on this pass, releases the cordon of a complete node, lifts the
+/// runtime-required taint once the node is runtime-ready (cordoning it in the same write with
+/// `runtimeRequiredCordonAfter`), and removes the persistent cordon's mark from a node someone
+/// uncordoned under it. Returns whether the node's records are `mark.state` afterwards (the
+/// absorbed outcomes are in).
 async fn mark_node(
     ctx: &Context,
     node: &Node,
@@ -331,13 +340,16 @@ async fn mark_node(
                 recorded.store(true, Ordering::Relaxed);
             }
             status_edit(&mut edit, mark.nodewright, mark.status);
+            runtime_cordon::clear_stale(&mut edit, current);
             if mark.complete {
                 cordon::uncordon(&mut edit, current, mark.nodewright);
             }
             if mark.lift_runtime_taint {
-                edit.taints = runtime_taint::without_runtime_taint(
+                runtime_taint::lift(
+                    &mut edit,
                     current,
                     &ctx.config.jobs.runtime_required_taint,
+                    mark.cordon_after,
                 );
             }
             Some(edit)

@@ -121,4 +121,18 @@ mod tests {
         let ours = node(true, &[(&claim, "true")]);
         assert_eq!(cleanup_edit(&ours, "gone").unschedulable, Some(false));
     }
+
+    #[test]
+    fn the_runtime_required_cordon_survives_it() {
+        let mark = keys::RUNTIME_REQUIRED_CORDON_ANNOTATION;
+        let claim = keys::cordon_key("gone");
+        for annotations in [
+            vec![(mark, "true")],
+            vec![(mark, "true"), (claim.as_str(), "true")],
+        ] {
+            let edit = cleanup_edit(&node(true, &annotations), "gone");
+            assert_ne!(edit.unschedulable, Some(false), "{annotations:?}");
+            assert!(!edit.annotations.contains_key(mark), "the mark stays");
+        }
+    }
 }

@@ -23,6 +23,7 @@ use nodewright_core::jobs::{
 use nodewright_core::node::cordon;
 use nodewright_core::node::drain::{self, DrainOptions};
 use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::runtime_cordon;
 use nodewright_core::node::state::{parse_state, status_edit};
 use nodewright_core::rollout::absorb;
 use nodewright_core::rollout::disruption::{CapState, Grant, Rank};
@@ -158,18 +159,24 @@ pub async fn advance(
             edit.annotate(keys::node_state_key(&nw), p.state.to_annotation());
         }
         status_edit(&mut edit, &nw, status);
+        // Someone uncordoned the node under the persistent cordon's mark: the mark goes with this
+        // write (nothing is written for it otherwise), and the node is not cordoned again.
+        runtime_cordon::clear_stale(&mut edit, &node);
         let mut reserved = false;
         let mut cap_held = None;
         if complete {
             cordon::uncordon(&mut edit, &node, &nw);
             // Complete in this very write: the runtime-required taint goes with it when this was
-            // the last runtimeRequired NodeWright to finish here.
+            // the last runtimeRequired NodeWright to finish here (and the persistent cordon comes
+            // with it when one of them asks for it).
             if nodewright.spec.runtime_required
                 && runtime_taint::runtime_ready_with(all_nodewrights, &node, Some((&nw, &p.state)))
             {
-                edit.taints = runtime_taint::without_runtime_taint(
+                runtime_taint::lift(
+                    &mut edit,
                     &node,
                     &ctx.config.jobs.runtime_required_taint,
+                    runtime_taint::cordon_after_wanted(all_nodewrights, &node),
                 );
             }
         } else if p.cordon && !cordon::holds_cordon(&node, &nw) {

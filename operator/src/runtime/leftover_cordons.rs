@@ -28,8 +28,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::context::Context;
 use crate::runtime::nodes::{NodeChange, changes};
 use crate::writes::NodeWriteError;
-use nodewright_core::node::cordon;
 use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::{cordon, runtime_cordon};
 
 /// Event reason on a node whose leftover claim was released.
 pub const LEFTOVER_CORDON_RELEASED: &str = "LeftoverCordonReleased";
@@ -87,16 +87,47 @@ fn suspects(node: &Node, known: impl Fn(&str) -> bool) -> Vec<String> {
         .collect()
 }
 
-/// The text of the Event on a node whose leftover claims of `gone` were released; `stays` when the
-/// node was cordoned before the first claim (and stays so).
-fn note(gone: &[String], still_held: bool, stays: bool) -> String {
+/// What became of a node whose leftover claims were released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// Another NodeWright still holds a cordon on it.
+    StillHeld,
+    /// It holds the persistent runtime-required cordon, which only a validator releases.
+    RuntimeRequiredCordon,
+    /// It was cordoned before the first claim.
+    CordonedBefore,
+    /// It is schedulable again.
+    Uncordoned,
+}
+
+impl After {
+    /// What becomes of `node` once the claims of `released` go ([`cordon::release`]).
+    fn of(node: &Node, released: &[&str]) -> Self {
+        if cordon::claimants(node).any(|n| !released.contains(&n)) {
+            Self::StillHeld
+        } else if runtime_cordon::is_marked(node) {
+            Self::RuntimeRequiredCordon
+        } else if cordon::cordoned_before(node) {
+            Self::CordonedBefore
+        } else {
+            Self::Uncordoned
+        }
+    }
+}
+
+/// The text of the Event on a node whose leftover claims of `gone` were released.
+fn note(gone: &[String], after: After) -> String {
     let names = gone.join(", ");
-    let after = if still_held {
-        "the node stays cordoned: another NodeWright holds a cordon on it"
-    } else if stays {
-        "the node stays cordoned: it was cordoned before any NodeWright cordoned it"
-    } else {
-        "the node is uncordoned"
+    let after = match after {
+        After::StillHeld => "the node stays cordoned: another NodeWright holds a cordon on it",
+        After::RuntimeRequiredCordon => {
+            "the node stays cordoned: it holds the runtime-required cordon \
+             (nodewright.nvidia.com/runtimeRequiredCordon), which its validator releases"
+        }
+        After::CordonedBefore => {
+            "the node stays cordoned: it was cordoned before any NodeWright cordoned it"
+        }
+        After::Uncordoned => "the node is uncordoned",
     };
     format!("released the cordon of NodeWright [{names}], which no longer exists; {after}")
 }
@@ -140,8 +171,7 @@ async fn release_leftovers(ctx: &Context, node: &Node, first_seen: &mut FirstSee
     let released: Vec<&str> = gone.iter().map(String::as_str).collect();
     let mut edit = NodeEdit::default();
     cordon::release(&mut edit, node, &released);
-    let still_held = cordon::claimants(node).any(|n| !released.contains(&n));
-    let stays = !still_held && cordon::cordoned_before(node);
+    let after = After::of(node, &released);
     let name = node_name;
     match ctx.writer.apply_node_edit(node, &edit).await {
         Ok(_) => {
@@ -150,12 +180,7 @@ async fn release_leftovers(ctx: &Context, node: &Node, first_seen: &mut FirstSee
             }
             info!(node = %name, nodewrights = ?gone, "released leftover cordon claims");
             ctx.events
-                .warn_on_node(
-                    node,
-                    LEFTOVER_CORDON_RELEASED,
-                    note(&gone, still_held, stays),
-                    None,
-                )
+                .warn_on_node(node, LEFTOVER_CORDON_RELEASED, note(&gone, after), None)
                 .await;
         }
         // The node changed since the cache saw it: its change comes back here as an event.
@@ -188,9 +213,33 @@ mod tests {
     #[test]
     fn the_event_says_what_became_of_the_node() {
         let gone = ["old".to_owned()];
-        assert!(note(&gone, false, false).ends_with("the node is uncordoned"));
-        assert!(note(&gone, false, true).contains("cordoned before any NodeWright"));
-        assert!(note(&gone, true, false).contains("another NodeWright holds"));
-        assert!(note(&gone, false, false).contains("NodeWright [old]"));
+        assert!(note(&gone, After::Uncordoned).ends_with("the node is uncordoned"));
+        assert!(note(&gone, After::CordonedBefore).contains("cordoned before any NodeWright"));
+        assert!(note(&gone, After::StillHeld).contains("another NodeWright holds"));
+        assert!(note(&gone, After::RuntimeRequiredCordon).contains("runtimeRequiredCordon"));
+        assert!(note(&gone, After::Uncordoned).contains("NodeWright [old]"));
+    }
+
+    #[test]
+    fn what_becomes_of_the_node_follows_the_release_rule() {
+        use nodewright_core::testing::node_with;
+        let gone = keys::cordon_key("gone");
+        let mark = keys::RUNTIME_REQUIRED_CORDON_ANNOTATION;
+        let before = keys::CORDONED_BEFORE_ANNOTATION;
+        let of = |annotations: &[(&str, &str)]| After::of(&node_with(true, annotations), &["gone"]);
+        assert_eq!(of(&[(&gone, "true")]), After::Uncordoned);
+        assert_eq!(
+            of(&[(&gone, "true"), (before, "true")]),
+            After::CordonedBefore
+        );
+        assert_eq!(
+            of(&[(&gone, "true"), (mark, "true")]),
+            After::RuntimeRequiredCordon
+        );
+        let other = keys::cordon_key("live");
+        assert_eq!(
+            of(&[(&gone, "true"), (&other, "true"), (mark, "true")]),
+            After::StillHeld
+        );
     }
 }

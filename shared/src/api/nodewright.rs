@@ -139,6 +139,17 @@ pub struct NodeWrightSpec {
     #[serde(default)]
     pub auto_taint_new_nodes: bool,
 
+    /// With runtimeRequired: when the operator removes the runtime-required taint from a node
+    /// (every runtimeRequired NodeWright targeting it is complete there), it cordons the node in the
+    /// same write and marks it with the annotation nodewright.nvidia.com/runtimeRequiredCordon, so
+    /// the node never takes workloads between the packages finishing and a validator checking it.
+    /// Only a node that carried the taint is cordoned. The operator never lifts this cordon: the
+    /// validator (or an administrator) removes the annotation and sets spec.unschedulable=false in
+    /// one patch. A node uncordoned with the annotation left on it loses the annotation and is not
+    /// cordoned again.
+    #[serde(default)]
+    pub runtime_required_cordon_after: bool,
+
     /// Order between NodeWrights: lower runs first; ties are broken by name.
     #[serde(default = "default_priority")]
     #[schemars(range(min = 1))]
