@@ -744,36 +744,64 @@ async fn kubectl_wait_for_ready_returns_once_the_rollout_completes() {
     delete_node(&client, &node).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("pdb-drain")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-node");
-    create_fake_node(&client, &node, &[], json!([])).await;
-    // A workload on the node that a PodDisruptionBudget allows no disruption.
-    create_workload_pod(&client, &ns, "db-0", "db", &node).await;
-    let pdbs = create_blocking_pdb(cluster, &client, &ns, "db").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+/// A node of its own (`<ns>-node`) with a workload pod `db-0` that a PodDisruptionBudget allows no
+/// disruption, the operator (its client as the binary builds it: how it takes a 429 is under test)
+/// and a NodeWright whose package restarts a service there, with `drain_config`.
+struct PdbHeld {
+    ns: String,
+    node: String,
+    pods: Api<Pod>,
+    pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    _operator: Operator,
+}
 
-    // The operator's client as the binary builds it: how it takes a 429 is what is under test.
-    let _operator = start_operator(operator_client().await, &ns, None);
+async fn pdb_held_interrupt(
+    cluster: &'static nodewright_e2e::Cluster,
+    client: &kube::Client,
+    prefix: &str,
+    drain_config: Option<nodewright_shared::api::DrainConfig>,
+) -> PdbHeld {
+    let ns = cluster.create_namespace(prefix).await.expect("namespace");
+    let node = format!("{ns}-node");
+    create_fake_node(client, &node, &[], json!([])).await;
+    create_workload_pod(client, &ns, "db-0", "db", &node).await;
+    let pdbs = create_blocking_pdb(cluster, client, &ns, "db").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let operator = start_operator(operator_client().await, &ns, None);
     let mut tuned = package("1.0.0", &[]);
     tuned.interrupt = interrupt(InterruptType::Service, &["tuned"]);
     create_labelled_nodewright(
-        &client,
+        client,
         SUITE_LABEL,
         &ns,
         NodeWrightSpec {
             node_selectors: on_nodes(&[&node]),
             packages: BTreeMap::from([("tuned".to_owned(), tuned)]),
+            drain_config,
             ..NodeWrightSpec::default()
         },
     )
     .await;
+    PdbHeld {
+        ns,
+        node,
+        pods,
+        pdbs,
+        _operator: operator,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let PdbHeld {
+        ns,
+        node,
+        pods,
+        pdbs,
+        _operator,
+    } = pdb_held_interrupt(cluster, &client, "pdb-drain", None).await;
     let nodewrights = Api::<NodeWright>::all(client.clone());
     let nw = cluster
         .wait_for(
@@ -858,31 +886,20 @@ async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
 async fn a_drain_config_bounds_the_drain_and_can_bypass_the_budget() {
     let cluster = cluster().await;
     let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("drain-config")
-        .await
-        .expect("namespace");
-    let node = format!("{ns}-node");
-    create_fake_node(&client, &node, &[], json!([])).await;
-    create_workload_pod(&client, &ns, "db-0", "db", &node).await;
-    let _pdbs = create_blocking_pdb(cluster, &client, &ns, "db").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let _operator = start_operator(operator_client().await, &ns, None);
-    let mut tuned = package("1.0.0", &[]);
-    tuned.interrupt = interrupt(InterruptType::Service, &["tuned"]);
-    create_labelled_nodewright(
+    let PdbHeld {
+        ns,
+        node,
+        pods,
+        _operator,
+        ..
+    } = pdb_held_interrupt(
+        cluster,
         &client,
-        SUITE_LABEL,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("tuned".to_owned(), tuned)]),
-            drain_config: Some(nodewright_shared::api::DrainConfig {
-                timeout: Some("3s".into()),
-                ..Default::default()
-            }),
-            ..NodeWrightSpec::default()
-        },
+        "drain-config",
+        Some(nodewright_shared::api::DrainConfig {
+            timeout: Some("3s".into()),
+            ..Default::default()
+        }),
     )
     .await;
     let nodewrights = Api::<NodeWright>::all(client.clone());

@@ -258,14 +258,9 @@ impl ClusterView for StaticView {
     }
 
     fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
-        let empty = std::collections::BTreeMap::new();
-        self.nodes.as_ref().map(|nodes| {
-            nodes
-                .iter()
-                .filter(|n| selection.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
-                .cloned()
-                .collect()
-        })
+        self.nodes
+            .as_ref()
+            .map(|nodes| crate::rules::cluster::select(nodes, selection))
     }
 
     fn nodewrights_using_policy(&self, policy: &str) -> Vec<String> {

@@ -495,27 +495,41 @@ pub async fn run(ctx: &Ctx, args: &PlanArgs) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// The preview of a NodeWright `nw` with nothing to show.
+    fn empty_preview() -> Preview {
+        Preview {
+            nodewright: "nw".into(),
+            deployment_policy: None,
+            missing_policy: false,
+            paused: false,
+            disabled: false,
+            deleting: false,
+            not_selected: 0,
+            compartments: Vec::new(),
+            nodes: Vec::new(),
+            windows: Vec::new(),
+            waiting_for: None,
+            disruption_cap: None,
+        }
+    }
+
+    fn report(preview: Preview) -> PlanReport {
+        PlanReport {
+            preview,
+            operator_settings: "defaults".into(),
+            file: None,
+        }
+    }
+
     #[test]
     fn the_plan_shows_the_windows_and_when_the_next_opens() {
         let waiting = "waiting for window (opens 2026-12-03T22:00+01:00)".to_owned();
-        let report = PlanReport {
-            preview: Preview {
-                nodewright: "nw".into(),
-                deployment_policy: Some("nightly".into()),
-                missing_policy: false,
-                paused: false,
-                disabled: false,
-                deleting: false,
-                not_selected: 0,
-                compartments: Vec::new(),
-                nodes: Vec::new(),
-                windows: vec!["every day 22:00-04:00 (next day) Europe/Berlin".into()],
-                waiting_for: Some(waiting.clone()),
-                disruption_cap: None,
-            },
-            operator_settings: "defaults".into(),
-            file: None,
-        };
+        let report = report(Preview {
+            deployment_policy: Some("nightly".into()),
+            windows: vec!["every day 22:00-04:00 (next day) Europe/Berlin".into()],
+            waiting_for: Some(waiting.clone()),
+            ..empty_preview()
+        });
         let text = report.table(false);
         assert!(
             text.contains(
@@ -537,28 +551,14 @@ mod tests {
 
     #[test]
     fn the_plan_shows_the_disruption_cap_and_why_names_it() {
-        let report = PlanReport {
-            preview: Preview {
-                nodewright: "nw".into(),
-                deployment_policy: None,
-                missing_policy: false,
-                paused: false,
-                disabled: false,
-                deleting: false,
-                not_selected: 0,
-                compartments: Vec::new(),
-                nodes: Vec::new(),
-                windows: Vec::new(),
-                waiting_for: None,
-                disruption_cap: Some(nodewright_core::preview::CapPreview {
-                    cap: "10% of the cluster's nodes".into(),
-                    limit: 3,
-                    disrupted: 3,
-                }),
-            },
-            operator_settings: "defaults".into(),
-            file: None,
-        };
+        let report = report(Preview {
+            disruption_cap: Some(nodewright_core::preview::CapPreview {
+                cap: "10% of the cluster's nodes".into(),
+                limit: 3,
+                disrupted: 3,
+            }),
+            ..empty_preview()
+        });
         let text = report.table(false);
         assert!(
             text.contains(

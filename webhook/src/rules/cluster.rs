@@ -17,3 +17,13 @@ pub trait ClusterView: Send + Sync {
     /// metadata, nothing else); `None` when the view knows no nodes.
     fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>>;
 }
+
+/// The nodes of `nodes` that `selection` picks (the views kept in memory: tests, benchmarks).
+pub fn select(nodes: &[Node], selection: &NodeSelection) -> Vec<Node> {
+    let empty = std::collections::BTreeMap::new();
+    nodes
+        .iter()
+        .filter(|n| selection.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
+        .cloned()
+        .collect()
+}

@@ -51,14 +51,9 @@ impl ClusterView for Cluster {
     }
 
     fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
-        let empty = BTreeMap::new();
-        self.nodes.as_ref().map(|nodes| {
-            nodes
-                .iter()
-                .filter(|n| selection.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
-                .cloned()
-                .collect()
-        })
+        self.nodes
+            .as_ref()
+            .map(|nodes| super::cluster::select(nodes, selection))
     }
 }
 
