@@ -196,6 +196,13 @@ pub async fn advance(
             // A disruptive stage ended without a pod ever running: nothing holds the node.
             cordon::uncordon(&mut edit, &node, &nw);
         }
+        // Announced once, when the timeout turns the node erroring (not on every drain recheck).
+        let announce_timeout = drain_timed_out
+            && node
+                .annotations()
+                .get(&keys::node_status_key(&nw))
+                .map(String::as_str)
+                != Some(Status::Erroring.as_str());
         let applied = ctx.writer.apply_node_edit(&node, &edit).await;
         if reserved {
             match &applied {
@@ -222,7 +229,7 @@ pub async fn advance(
             }
             Err(e) => return Err(e.into()),
         }
-        if drain_timed_out {
+        if announce_timeout {
             announce_drain_timeout(ctx, nodewright, &node, &drain_options).await;
         }
         // The next stages first (the rollout's critical path), then the absorbed Jobs' marks.
