@@ -316,7 +316,8 @@ mod tests {
     }
 
     /// The CRD's CEL duration check is built from [`crate::api::GO_DURATION_PATTERN`] (CEL string
-    /// escaping doubles each backslash), for both stageTimeout and gracefulShutdown.
+    /// escaping doubles each backslash), for stageTimeout, gracefulShutdown and drainConfig's
+    /// timeout and gracePeriod.
     #[test]
     fn cel_duration_rules_embed_the_shared_pattern() {
         let mut all = Vec::new();
@@ -330,7 +331,7 @@ mod tests {
         );
         assert_eq!(
             all.iter().filter(|r| **r == want).count(),
-            2,
+            4,
             "rules: {all:#?}"
         );
     }
