@@ -34,6 +34,8 @@ use crate::jobs::read::{Recorded, is_finished, node_of, recorded};
 use crate::jobs::stored::StoredJob;
 use crate::jobs::{PackageAnnotation, RuntimeTaint};
 use crate::naming::{interrupt_job_name, package_job_name};
+use crate::node::cordon;
+use crate::node::drain::{self, DrainOptions};
 use crate::node::record::{Record, apply_record};
 use crate::node::state::parse_state;
 use crate::rollout::compartments::Compartment;
@@ -271,6 +273,14 @@ pub enum Blocker {
         limit: usize,
         /// Nodes disrupted now.
         disrupted: usize,
+    },
+    /// Its drain ran past `drainConfig.timeout`: pods on it hold the drain (the node is erroring
+    /// and stays cordoned).
+    DrainTimedOut {
+        /// When the drain first found the node not drained (RFC 3339).
+        since: String,
+        /// The bound, in seconds.
+        timeout_seconds: u64,
     },
     /// Its compartment's rollout stopped (failed batches reached the failure threshold).
     Stopped {
@@ -959,8 +969,27 @@ impl<'a> World<'a> {
             out.push(Blocker::Window { waiting });
         }
         out.extend(self.timed_out(&node_name, state));
+        out.extend(self.drain_timed_out(node, input.now));
         out.extend(dependencies(self.nw, state));
         out
+    }
+
+    /// The drain of `node` ran past the NodeWright's `drainConfig.timeout` (the operator's own
+    /// test: its cordon, its drain-start mark, the bound).
+    fn drain_timed_out(&self, node: &Node, now: Timestamp) -> Option<Blocker> {
+        let timeout = DrainOptions::of(self.nw.spec.drain_config.as_ref())
+            .ok()?
+            .timeout?;
+        let started: Timestamp = node
+            .annotations()
+            .get(&keys::drain_start_key(self.name))?
+            .parse()
+            .ok()?;
+        (cordon::holds_cordon(node, self.name) && drain::timed_out(started, Some(timeout), now))
+            .then(|| Blocker::DrainTimedOut {
+                since: rfc3339(started),
+                timeout_seconds: timeout.as_secs(),
+            })
     }
 
     /// The earlier NodeWrights that hold `node` back, each checked with the pass's own gate.
@@ -1217,6 +1246,47 @@ mod tests {
         let p = preview(&snap).expect("preview");
         assert_eq!(p.disruption_cap, None);
         assert!(p.nodes.iter().all(|n| n.blockers.is_empty()), "{p:#?}");
+    }
+
+    /// A node whose drain started more than `drainConfig.timeout` ago under this NodeWright's
+    /// cordon is shown held by the timed-out drain; within the bound it is not.
+    #[test]
+    fn a_drain_past_its_timeout_is_named() {
+        let mut nw = nodewright(
+            "nw",
+            &[("driver", package(&[], Some(InterruptType::Reboot)))],
+        );
+        nw.spec.drain_config = Some(nodewright_shared::api::DrainConfig {
+            timeout: Some("60s".into()),
+            ..Default::default()
+        });
+        let mut n0 = node("n0", 1);
+        n0.metadata.annotations = Some(BTreeMap::from([
+            (keys::cordon_key("nw"), "true".to_owned()),
+            (
+                keys::drain_start_key("nw"),
+                "1970-01-01T00:14:00Z".to_owned(),
+            ),
+        ]));
+        let mut snap = snapshot(nw, vec![n0]);
+        // now is 1970-01-01T00:16:40Z: 160 s after the drain started.
+        let p = preview(&snap).expect("preview");
+        assert!(
+            p.nodes[0].blockers.contains(&Blocker::DrainTimedOut {
+                since: "1970-01-01T00:14:00Z".into(),
+                timeout_seconds: 60
+            }),
+            "{p:#?}"
+        );
+        snap.now = Timestamp::from_second(860).expect("time");
+        let p = preview(&snap).expect("preview");
+        assert!(
+            !p.nodes[0]
+                .blockers
+                .iter()
+                .any(|b| matches!(b, Blocker::DrainTimedOut { .. })),
+            "{p:#?}"
+        );
     }
 
     #[test]

@@ -115,6 +115,17 @@ pub fn explain(b: &Blocker, nodewright: &str, node: &str) -> (String, Option<Str
             ),
             None,
         ),
+        Blocker::DrainTimedOut {
+            since,
+            timeout_seconds,
+        } => (
+            format!(
+                "its drain ran past drainConfig.timeout ({timeout_seconds}s, draining since {since}): pods on the node hold it; the node is erroring and stays cordoned"
+            ),
+            Some(format!(
+                "kubectl get pods -A --field-selector spec.nodeName={node}"
+            )),
+        ),
         Blocker::Stopped { compartment } => (
             format!(
                 "the rollout of compartment {compartment} stopped: its failed batches reached the failure threshold"
