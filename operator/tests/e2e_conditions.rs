@@ -755,6 +755,21 @@ struct PdbHeld {
     _operator: Operator,
 }
 
+/// Deletes the test's NodeWright `ns` (its finalizer releases the node) and its node.
+async fn tear_down(
+    cluster: &'static nodewright_e2e::Cluster,
+    client: &kube::Client,
+    ns: &str,
+    node: &str,
+) {
+    Api::<NodeWright>::all(client.clone())
+        .delete(ns, &DeleteParams::default())
+        .await
+        .expect("NodeWright deleted");
+    wait_nodewright_gone(cluster, client, ns).await;
+    delete_node(client, node).await;
+}
+
 async fn pdb_held_interrupt(
     cluster: &'static nodewright_e2e::Cluster,
     client: &kube::Client,
@@ -870,12 +885,7 @@ async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
         pods.get_opt("db-0").await.expect("get").is_none(),
         "db-0 evicted"
     );
-    nodewrights
-        .delete(&ns, &DeleteParams::default())
-        .await
-        .expect("NodeWright deleted");
-    wait_nodewright_gone(cluster, &client, &ns).await;
-    delete_node(&client, &node).await;
+    tear_down(cluster, &client, &ns, &node).await;
 }
 
 /// `drainConfig` (upstream #264): a drain a PodDisruptionBudget holds past `timeout` makes the node
@@ -971,12 +981,7 @@ async fn a_drain_config_bounds_the_drain_and_can_bypass_the_budget() {
             .next()
             .is_none()
     );
-    nodewrights
-        .delete(&ns, &DeleteParams::default())
-        .await
-        .expect("NodeWright deleted");
-    wait_nodewright_gone(cluster, &client, &ns).await;
-    delete_node(&client, &node).await;
+    tear_down(cluster, &client, &ns, &node).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -251,10 +251,7 @@ impl ClusterView for StaticView {
     }
 
     fn policy(&self, name: &str) -> Option<DeploymentPolicy> {
-        self.policy_specs
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
-            .cloned()
+        crate::rules::cluster::find_policy(&self.policy_specs, name)
     }
 
     fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {

@@ -27,3 +27,11 @@ pub fn select(nodes: &[Node], selection: &NodeSelection) -> Vec<Node> {
         .cloned()
         .collect()
 }
+
+/// The policy `name` among `specs` (the views kept in memory: tests, benchmarks).
+pub fn find_policy(specs: &[DeploymentPolicy], name: &str) -> Option<DeploymentPolicy> {
+    specs
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .cloned()
+}
