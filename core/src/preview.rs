@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube_core::ResourceExt;
 use nodewright_shared::api::{
-    DeploymentPolicy, InterruptType, NodeWright, NodeWrightStatus, Sequencing, Status,
+    DeploymentPolicy, HealthGates, InterruptType, NodeWright, NodeWrightStatus, Sequencing, Status,
 };
 use nodewright_shared::defaults::{OperatorDefaults, default_nodewright};
 use nodewright_shared::keys;
@@ -36,6 +36,7 @@ use crate::jobs::{PackageAnnotation, RuntimeTaint};
 use crate::naming::{interrupt_job_name, package_job_name};
 use crate::node::cordon;
 use crate::node::drain::{self, DrainOptions};
+use crate::node::health_gates;
 use crate::node::record::{Record, apply_record};
 use crate::node::state::parse_state;
 use crate::rollout::compartments::Compartment;
@@ -114,6 +115,9 @@ pub struct Preview {
     /// The operator's cluster-wide disruption cap, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disruption_cap: Option<CapPreview>,
+    /// The health gates in effect, one line each (empty: none), and what a failure does.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub health_gates: Vec<String>,
 }
 
 /// The operator's cluster-wide disruption cap as the preview found it.
@@ -282,6 +286,18 @@ pub enum Blocker {
         /// The bound, in seconds.
         timeout_seconds: u64,
     },
+    /// Its packages finished; it waits at a health gate before it is uncordoned and counted
+    /// complete (or failed it: `GateFailed`, erroring), as the operator last recorded on the node.
+    HealthGate {
+        /// The gate it waits for (`None`: not observed yet).
+        gate: Option<String>,
+        /// What the operator saw of it.
+        saw: Option<String>,
+        /// When the wait began (RFC 3339).
+        since: String,
+        /// The gate's timeout passed: the node is erroring.
+        failed: bool,
+    },
     /// Its compartment's rollout stopped (failed batches reached the failure threshold).
     Stopped {
         /// Compartment.
@@ -411,6 +427,7 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         now: snapshot.now,
         windows: &parts.windows,
         compartments: &parts.compartments,
+        health_gates: parts.health_gates.as_ref(),
     };
 
     // The pass as it would run now: statuses and what holds each node back.
@@ -436,6 +453,8 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
     let sim = World {
         windows: &ALWAYS,
         compartments: &unsoaked,
+        // Every stage succeeds in the simulation, and every gate passes.
+        health_gates: None,
         ..world
     }
     .simulate(&nodes);
@@ -541,6 +560,7 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         nodes: previews,
         windows: parts.windows.describe(),
         waiting_for: parts.windows.waiting(snapshot.now),
+        health_gates: health_gates::describe_gates(parts.health_gates.as_ref()),
         disruption_cap: snapshot
             .max_disrupted
             .zip(cap)
@@ -603,6 +623,8 @@ struct World<'a> {
     windows: &'a Schedule,
     /// The compartments the passes decide with (the simulation's without their soaks).
     compartments: &'a [Compartment],
+    /// The health gates the passes decide with (none in the simulation: they pass).
+    health_gates: Option<&'a HealthGates>,
 }
 
 impl<'a> World<'a> {
@@ -630,6 +652,7 @@ impl<'a> World<'a> {
             disabled,
             deleting: self.deleting,
             windows: self.windows,
+            health_gates: self.health_gates,
             now: self
                 .now
                 .checked_add(SignedDuration::from_secs(seconds))
@@ -970,6 +993,15 @@ impl<'a> World<'a> {
         }
         out.extend(self.timed_out(&node_name, state));
         out.extend(self.drain_timed_out(node, input.now));
+        if row.at_gates {
+            let mark = health_gates::mark(node, self.name);
+            out.push(Blocker::HealthGate {
+                gate: mark.as_ref().and_then(|m| m.gate.clone()),
+                saw: mark.as_ref().and_then(|m| m.saw.clone()),
+                since: mark.map(|m| m.since).unwrap_or_default(),
+                failed: row.gate_failed,
+            });
+        }
         out.extend(dependencies(self.nw, state));
         out
     }

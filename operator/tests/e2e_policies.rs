@@ -1961,3 +1961,282 @@ async fn a_rollback_admission_refuses_is_recorded_and_the_rollout_stays_stopped(
     operator.stop().await;
     delete_nodes(&client, &names).await;
 }
+
+/// The gate condition of the health-gates test (a node condition no kubelet writes).
+const GATE_CONDITION: &str = "GateTestHealthy";
+
+/// Sets the node condition [`GATE_CONDITION`] to True on `node` (a strategic merge of the status:
+/// the node's other conditions stay).
+async fn set_gate_condition(client: &kube::Client, node: &str) {
+    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{
+                "type": GATE_CONDITION, "status": "True", "reason": "Validated",
+                "message": "the test's validator passed", "lastTransitionTime": now,
+                "lastHeartbeatTime": now
+            }]}})),
+        )
+        .await
+        .expect("condition set");
+}
+
+/// Creates the validator pod of the health-gates test on `node` (kwok runs it and makes it Ready).
+async fn create_validator(client: &kube::Client, ns: &str, node: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("validator-{node}"), "labels": {"app": "validator"}},
+        "spec": {"nodeName": node, "containers": [{"name": "v", "image": "validator:test"}],
+                 "tolerations": [{"operator": "Exists"}]}
+    }))
+    .expect("pod");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("validator pod created");
+}
+
+/// The node as the API server has it now.
+async fn node_now(client: &kube::Client, name: &str) -> Node {
+    Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .expect("node")
+}
+
+/// Waits until `node`'s gate record for `nw` satisfies `probe`; returns the record.
+async fn wait_gate_mark(
+    cluster: &Cluster,
+    client: &kube::Client,
+    node: &str,
+    nw: &str,
+    what: &str,
+    probe: impl Fn(&nodewright_core::node::health_gates::GateMark) -> bool,
+) -> nodewright_core::node::health_gates::GateMark {
+    cluster
+        .wait_for(&format!("{node}: {what}"), BOUND, || {
+            let client = client.clone();
+            let probe = &probe;
+            async move {
+                let n = node_now(&client, node).await;
+                Ok(nodewright_core::node::health_gates::mark(&n, nw).filter(|m| probe(m)))
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// (gates) A policy's health gates (validator pods Ready on the node, then a node condition True)
+/// hold each node cordoned and in progress after its packages finished, and its batch open (the
+/// next node does not start), until both pass; then the node is uncordoned and complete in one
+/// write. A node whose gate times out (the operator's clock moved past it) is erroring with a
+/// GateFailed Event and stays cordoned, and completes once its gates pass later. From a watch of
+/// every node version: no node is ever uncordoned from the NodeWright's cordon in a version
+/// whose gate condition is not True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_gates_hold_a_node_cordoned_until_they_pass() {
+    use nodewright_core::node::{cordon, health_gates};
+    use nodewright_core::rollout::pass::GATES_WAITING;
+    use nodewright_shared::api::InterruptType;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace("gates").await.expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
+    let (n0, n1) = (names[0].as_str(), names[1].as_str());
+    let node_versions =
+        Watched::start(Api::<Node>::all(client.clone()), watcher::Config::default());
+    create_policy(
+        &client,
+        &ns,
+        json!({
+            "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+            "healthGates": {"gates": [
+                {"name": "validator", "timeout": "1h",
+                 "podsReady": {"namespace": ns, "selector": {"matchLabels": {"app": "validator"}}}},
+                {"name": "healthy", "timeout": "1h",
+                 "nodeCondition": {"type": GATE_CONDITION}}
+            ]}
+        }),
+    )
+    .await;
+    let offset = Arc::new(AtomicI64::new(0));
+    let env = operator_env(&ns, format!("operator-{ns}"), 3);
+    let _operator = spawn_with_options(
+        client.clone(),
+        &env,
+        nodewright_operator::RunOptions {
+            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
+            clock: Some(offset_clock(offset.clone())),
+            job_hook: Some(every_pod_succeeds_after("1s")),
+            ..Default::default()
+        },
+        None,
+    );
+    let nw = format!("{ns}-gated");
+    create_nodewright(
+        &client,
+        &ns,
+        &nw,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[n0, n1]),
+            deployment_policy: Some(ns.clone()),
+            packages: BTreeMap::from([(
+                "tuned".to_owned(),
+                Package {
+                    interrupt: support::interrupt(InterruptType::Service, &["tuned"]),
+                    ..package("1.0.0", &[])
+                },
+            )]),
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // n0's packages finish: it waits for its validator, cordoned, in progress; n1 has not started.
+    let mark = wait_gate_mark(
+        cluster,
+        &client,
+        n0,
+        &nw,
+        "waiting for the validator",
+        |m| m.gate.as_deref() == Some("validator"),
+    )
+    .await;
+    assert!(!mark.failed, "{mark:?}");
+    assert!(
+        mark.saw
+            .as_deref()
+            .is_some_and(|s| s.starts_with("0 of 0 pods Ready")),
+        "{mark:?}"
+    );
+    let node = node_now(&client, n0).await;
+    assert!(cordon::holds_cordon(&node, &nw) && cordon::is_unschedulable(&node));
+    assert_eq!(
+        node.annotations()
+            .get(&keys::node_status_key(&nw))
+            .map(String::as_str),
+        Some("in_progress")
+    );
+    wait_nodewright(cluster, &client, &nw, "waiting for health gates", |o| {
+        o.status
+            .as_ref()
+            .and_then(|s| s.waiting_for.as_deref())
+            .is_some_and(|w| w.contains(&format!("{GATES_WAITING} on 1 node")))
+    })
+    .await;
+    let n1_state = node_state(&client, n1, &nw).await;
+    assert!(
+        n1_state.is_none(),
+        "n1 started while n0's batch waits at its gates: {n1_state:?}"
+    );
+
+    // The validator runs on n0: now the condition holds it.
+    create_validator(&client, &ns, n0).await;
+    let mark = wait_gate_mark(
+        cluster,
+        &client,
+        n0,
+        &nw,
+        "waiting for the condition",
+        |m| m.gate.as_deref() == Some("healthy"),
+    )
+    .await;
+    assert_eq!(
+        mark.saw.as_deref(),
+        Some("the node has no condition GateTestHealthy (True wanted)")
+    );
+    assert!(cordon::is_unschedulable(&node_now(&client, n0).await));
+    set_gate_condition(&client, n0).await;
+    cluster
+        .wait_for("n0 uncordoned and complete", BOUND, || {
+            let client = client.clone();
+            let nw = nw.clone();
+            async move {
+                let n = node_now(&client, n0).await;
+                let done = n
+                    .annotations()
+                    .get(&keys::node_status_key(&nw))
+                    .map(String::as_str)
+                    == Some("complete");
+                Ok((done && !cordon::is_unschedulable(&n)).then_some(n))
+            }
+        })
+        .await
+        .map(|n| assert_eq!(health_gates::mark(&n, &nw), None, "the record goes"))
+        .expect("n0 passes its gates");
+
+    // n1 runs next and waits for its validator; its gate's timeout passes (the clock moves 2h).
+    wait_gate_mark(
+        cluster,
+        &client,
+        n1,
+        &nw,
+        "waiting for the validator",
+        |m| m.gate.as_deref() == Some("validator"),
+    )
+    .await;
+    offset.store(2 * 3600, Ordering::SeqCst);
+    let failed = wait_gate_mark(cluster, &client, n1, &nw, "failed", |m| m.failed).await;
+    assert_eq!(failed.gate.as_deref(), Some("validator"));
+    let event = support::wait_event(cluster, &client, &nw, "GateFailed", "NodeWright").await;
+    let note = event.message.unwrap_or_default();
+    assert!(
+        note.contains(n1)
+            && note.contains("health gate validator")
+            && note.contains("stays cordoned"),
+        "{note}"
+    );
+    wait_nodewright(cluster, &client, &nw, "n1 erroring", |o| {
+        o.status
+            .as_ref()
+            .is_some_and(|s| s.node_status.get(n1) == Some(&Status::Erroring))
+    })
+    .await;
+    let node = node_now(&client, n1).await;
+    assert!(cordon::holds_cordon(&node, &nw) && cordon::is_unschedulable(&node));
+
+    // Its validator and condition arrive late: it completes, uncordoned, and so does the rollout.
+    create_validator(&client, &ns, n1).await;
+    set_gate_condition(&client, n1).await;
+    wait_complete_at(cluster, &client, &nw, 1).await;
+    cluster
+        .wait_for("n1 uncordoned", BOUND, || {
+            let client = client.clone();
+            async move { Ok((!cordon::is_unschedulable(&node_now(&client, n1).await)).then_some(())) }
+        })
+        .await
+        .expect("n1 uncordoned");
+
+    // Replaying every node version: a release of the NodeWright's cordon only ever happened in a
+    // version whose gate condition was True (the operator's write was guarded by the version it
+    // judged the gates on).
+    let mut claimed: BTreeSet<String> = BTreeSet::new();
+    let mut releases = 0;
+    for node in node_versions.all() {
+        let name = node.name_any();
+        if name != n0 && name != n1 {
+            continue;
+        }
+        if cordon::holds_cordon(&node, &nw) {
+            claimed.insert(name);
+            continue;
+        }
+        if claimed.remove(&name) {
+            releases += 1;
+            let healthy = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == GATE_CONDITION && c.status == "True")
+                });
+            assert!(healthy, "{name} uncordoned before its gates passed");
+            assert_eq!(health_gates::mark(&node, &nw), None, "{name}");
+        }
+    }
+    assert_eq!(releases, 2, "each node's cordon released once");
+    delete_nodes(&client, &names).await;
+}

@@ -316,8 +316,8 @@ mod tests {
     }
 
     /// The CRD's CEL duration check is built from [`crate::api::GO_DURATION_PATTERN`] (CEL string
-    /// escaping doubles each backslash), for stageTimeout, gracefulShutdown and drainConfig's
-    /// timeout and gracePeriod.
+    /// escaping doubles each backslash), for stageTimeout, gracefulShutdown, drainConfig's
+    /// timeout and gracePeriod, and a health gate's timeout.
     #[test]
     fn cel_duration_rules_embed_the_shared_pattern() {
         let mut all = Vec::new();
@@ -331,7 +331,7 @@ mod tests {
         );
         assert_eq!(
             all.iter().filter(|r| **r == want).count(),
-            4,
+            5,
             "rules: {all:#?}"
         );
     }

@@ -76,6 +76,14 @@ pub fn drain_start_key(nodewright: &str) -> String {
     format!("{PREFIX}drainStart_{nodewright}")
 }
 
+/// Node annotation: the node's health-gate wait for this NodeWright (JSON: since when, which gate
+/// it waits for and what the operator saw, whether the gate timed out). Written in the pass that
+/// finds the node's packages finished; removed in the write that counts the node complete (its
+/// gates passed) or when its packages have work again.
+pub fn gates_key(nodewright: &str) -> String {
+    format!("{PREFIX}gates_{nodewright}")
+}
+
 /// Node annotation, `"true"` when the node was already unschedulable (cordoned by an administrator or
 /// another tool) when the first NodeWright took a cordon claim on it ([`cordon_key`]): releasing the
 /// last claim then leaves the node cordoned, so an administrator's cordon is never undone. Absent:

@@ -126,6 +126,27 @@ pub fn explain(b: &Blocker, nodewright: &str, node: &str) -> (String, Option<Str
                 "kubectl get pods -A --field-selector spec.nodeName={node}"
             )),
         ),
+        Blocker::HealthGate {
+            gate,
+            saw,
+            since,
+            failed,
+        } => {
+            let gate = gate.as_deref().unwrap_or("(not observed yet)");
+            let saw = saw.as_deref().unwrap_or("nothing yet");
+            (
+                if *failed {
+                    format!(
+                        "its packages finished, but health gate {gate} timed out (GateFailed, waiting since {since}): saw {saw}; the node is erroring, a failed node of its batch, and completes if the gate passes later"
+                    )
+                } else {
+                    format!(
+                        "its packages finished; it waits for health gate {gate} (since {since}) before it is uncordoned and counted complete: saw {saw}"
+                    )
+                },
+                Some(format!("kubectl describe node {node}")),
+            )
+        }
         Blocker::Stopped { compartment } => (
             format!(
                 "the rollout of compartment {compartment} stopped: its failed batches reached the failure threshold"
@@ -256,6 +277,12 @@ impl Render for PlanReport {
         if let Some(waiting) = &p.waiting_for {
             out.push_str(&format!(
                 "Closed now, {waiting}: nodes in progress finish, the batches below start then.\n"
+            ));
+        }
+        if !p.health_gates.is_empty() {
+            out.push_str(&format!(
+                "Health gates (after its packages finish, before a node is uncordoned and counted complete): {}\n",
+                p.health_gates.join("; ")
             ));
         }
         if let Some(cap) = &p.disruption_cap {
@@ -521,6 +548,7 @@ mod tests {
             windows: Vec::new(),
             waiting_for: None,
             disruption_cap: None,
+            health_gates: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ pub mod conditions;
 pub mod cordon;
 pub mod drain;
 pub mod edit;
+pub mod health_gates;
 pub mod record;
 pub mod runtime_cordon;
 pub mod state;

@@ -230,6 +230,7 @@ mod tests {
                     }),
                 }],
                 windows: Vec::new(),
+                health_gates: None,
                 reset_batch_state_on_completion: None,
                 rollback_on_failure: None,
             },

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Toleration};
 use kube_core::ResourceExt;
-use nodewright_shared::api::{DeploymentPolicy, NodeWright};
+use nodewright_shared::api::{DeploymentPolicy, HealthGates, NodeWright};
 
 use super::selection::{NodeSelection, selection_tolerations};
 use super::{batches, compartments, priority, windows};
@@ -69,6 +69,8 @@ pub struct PassParts<'a> {
     pub reset_batches: bool,
     /// The policy's maintenance windows: when new nodes may start.
     pub windows: windows::Schedule,
+    /// The health gates in effect: the policy's when the NodeWright names one, else its own.
+    pub health_gates: Option<HealthGates>,
 }
 
 /// Assembles the [`PassParts`] of `nw` (defaulted, effective) over its selected `nodes`, every node
@@ -88,6 +90,18 @@ pub fn pass_parts<'a>(
         tolerations: selection_tolerations(nw, runtime_taint),
         compartments: compartments::compartments(nw, policy, &node_refs),
         windows: windows::Schedule::of(policy),
+        health_gates: match policy {
+            Some(p) => p.spec.health_gates.clone(),
+            None if nw
+                .spec
+                .deployment_policy
+                .as_deref()
+                .is_some_and(|p| !p.is_empty()) =>
+            {
+                None
+            }
+            None => nw.spec.health_gates.clone(),
+        },
         reset_batches: batches::reset_enabled(
             nw,
             policy.map_or(batches::LEGACY_RESET, |p| {

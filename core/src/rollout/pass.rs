@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{Node, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube_core::ResourceExt;
-use nodewright_shared::api::{BatchState, CompartmentStatus, NodeWright, NodeWrightStatus, Status};
+use nodewright_shared::api::{
+    BatchState, CompartmentStatus, HealthGates, NodeWright, NodeWrightStatus, Status,
+};
 use nodewright_shared::node_state::{NodeState, State};
 
 use super::budget::{Slot, admit};
@@ -27,6 +29,7 @@ use super::{absorb, batches};
 use super::{reboots, uninstall};
 use crate::jobs::read::JobIndex;
 use crate::node::cordon;
+use crate::node::health_gates;
 use crate::node::state::parse_state;
 
 /// What one pass decides from.
@@ -57,6 +60,9 @@ pub struct PassInput<'a> {
     pub now: Timestamp,
     /// The policy's maintenance windows: outside them no new node is admitted.
     pub windows: &'a Schedule,
+    /// The health gates in effect (the policy's, or the NodeWright's own): a node whose packages
+    /// finished waits at them before it counts complete ([`health_gates`]).
+    pub health_gates: Option<&'a HealthGates>,
 }
 
 /// One selected node, as the pass found it.
@@ -72,8 +78,12 @@ pub struct NodeRow {
     pub blocked: bool,
     /// An earlier NodeWright is not done here yet.
     pub waits: bool,
-    /// Every package finished.
+    /// Every package finished and the node passed its health gates.
     pub complete: bool,
+    /// Every package finished; the node waits at its health gates.
+    pub at_gates: bool,
+    /// It waits there past a gate's timeout (`GateFailed`): a failed node of its batch.
+    pub gate_failed: bool,
     /// What the stage machine wants here (computed once per pass; `None` with no readable state).
     pub plan: Option<Plan>,
 }
@@ -82,6 +92,12 @@ impl NodeRow {
     /// A stage timed out here.
     pub fn timed_out(&self) -> bool {
         self.plan.as_ref().is_some_and(|p| p.timed_out)
+    }
+
+    /// The node failed here: a stage timed out, or a health gate did (either frees its slot and
+    /// counts against its batch).
+    pub fn failed(&self) -> bool {
+        self.timed_out() || self.gate_failed
     }
 }
 
@@ -140,10 +156,11 @@ impl PassDecision<'_> {
             paused: input.paused,
             disabled: input.disabled,
             blocked: row.blocked || input.missing_policy,
-            erroring: row
-                .state
-                .as_ref()
-                .is_some_and(|s| any_erroring(input.nodewright, s)),
+            erroring: row.gate_failed
+                || row
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| any_erroring(input.nodewright, s)),
             active: self.active.contains(name),
         }
     }
@@ -235,13 +252,19 @@ fn rows(input: &PassInput<'_>) -> (BTreeMap<String, NodeRow>, Vec<String>, Vec<S
         let plan = state
             .as_ref()
             .map(|s| plan_node(nw, &node_name, s, input.jobs, false));
+        let all_done = state
+            .as_ref()
+            .is_some_and(|s| graph::all_done(&nw.spec.packages, s));
+        // Uninstalls on deletion pass no gates: the NodeWright is going away.
+        let health_gates = input.health_gates.filter(|_| !input.deleting);
+        let at_gates = health_gates::at_gates(health_gates, node, &name, all_done);
         rows.insert(
             node_name,
             NodeRow {
                 node: node.clone(),
-                complete: state
-                    .as_ref()
-                    .is_some_and(|s| graph::all_done(&nw.spec.packages, s)),
+                complete: all_done && !at_gates,
+                at_gates,
+                gate_failed: at_gates && health_gates::mark(node, &name).is_some_and(|m| m.failed),
                 blocked: state.is_none() || reason.is_some(),
                 waits: priority::waits(input.gates, node),
                 state,
@@ -282,7 +305,7 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
                 admitted: old.node_priority.contains_key(n)
                     || r.state.as_ref().is_some_and(|s| started(nw, s)),
                 complete: r.complete,
-                timed_out: r.timed_out(),
+                timed_out: r.failed(),
                 blocked: r.blocked || r.waits,
             })
             .collect();
@@ -344,6 +367,10 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
             .entry(node.clone())
             .or_insert_with(|| Time(input.now));
     }
+    let waiting_at_gates = rows
+        .values()
+        .filter(|r| r.at_gates && !r.gate_failed)
+        .count();
     PassDecision {
         rows,
         ignored,
@@ -354,7 +381,7 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
         newly_stopped,
         node_priority,
         node_order_offset: offset,
-        waiting_for: waiting_for(input, held_by_window, &soaking),
+        waiting_for: waiting_for(input, held_by_window, &soaking, waiting_at_gates),
         held_by_cap: None,
         wake_at: held_by_window
             .then(|| window.opens().map(|z| z.timestamp()))
@@ -365,11 +392,13 @@ pub fn decide<'c>(input: &PassInput<'_>, compartments: &'c [Compartment]) -> Pas
     }
 }
 
-/// `status.waitingFor`: the closed window, then each soaking compartment's batch.
+/// `status.waitingFor`: the closed window, then each soaking compartment's batch, then the nodes
+/// waiting at their health gates.
 fn waiting_for(
     input: &PassInput<'_>,
     held_by_window: bool,
     soaking: &[(String, i32, Timestamp)],
+    at_gates: usize,
 ) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     if held_by_window && let Some(w) = input.windows.waiting(input.now) {
@@ -379,6 +408,12 @@ fn waiting_for(
         parts.push(format!(
             "{SOAK_WAITING} of batch {batch} in compartment {compartment} (ends {})",
             until.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ));
+    }
+    if at_gates > 0 {
+        parts.push(format!(
+            "{GATES_WAITING} on {at_gates} node{}",
+            if at_gates == 1 { "" } else { "s" }
         ));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
@@ -392,6 +427,10 @@ fn with_cap(waiting_for: Option<String>, held_by_cap: Option<CapState>) -> Optio
         (w, c) => w.or(c),
     }
 }
+
+/// How `status.waitingFor` names the nodes waiting at their health gates (`... on N nodes`; the
+/// metric reads N).
+pub const GATES_WAITING: &str = "waiting for health gates";
 
 /// How `status.waitingFor` names a soaking batch (the metric reads the batch state instead).
 pub const SOAK_WAITING: &str = "waiting for soak";
@@ -694,6 +733,7 @@ mod tests {
                 deleting: false,
                 now: self.now,
                 windows: &self.windows,
+                health_gates: None,
             }
         }
     }

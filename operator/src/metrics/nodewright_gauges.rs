@@ -16,6 +16,8 @@
 //!   maintenance window holds nodes back (`status.waitingFor`);
 //! - `nodewright_rollout_waiting_for_disruption_cap{nodewright_name,policy_name}`: 1 while the
 //!   cluster-wide disruption cap holds a node's cordon back (`status.waitingFor`);
+//! - `nodewright_rollout_nodes_at_health_gates{nodewright_name,policy_name}`: nodes waiting at
+//!   their health gates, not failed (`status.waitingFor`);
 //! - `nodewright_reconcile_total{controller,result}`: reconciles run, by outcome.
 //!
 //! The values are computed by the pure [`samples`] from the status the rollout reconciler just
@@ -107,10 +109,12 @@ pub enum Gauges {
     RolloutSoaking,
     /// `rollout_waiting_for_disruption_cap`.
     RolloutWaitingForDisruptionCap,
+    /// `rollout_nodes_at_health_gates`.
+    RolloutNodesAtHealthGates,
 }
 
 impl Gauges {
-    const ALL: [Gauges; 21] = [
+    const ALL: [Gauges; 22] = [
         Gauges::Status,
         Gauges::NodeStatusCount,
         Gauges::NodeTargetCount,
@@ -132,10 +136,11 @@ impl Gauges {
         Gauges::RolloutWaitingForWindow,
         Gauges::RolloutSoaking,
         Gauges::RolloutWaitingForDisruptionCap,
+        Gauges::RolloutNodesAtHealthGates,
     ];
 
     /// Every gauge.
-    pub fn all() -> [Gauges; 21] {
+    pub fn all() -> [Gauges; 22] {
         Self::ALL
     }
 
@@ -216,6 +221,10 @@ impl Gauges {
                 "rollout_waiting_for_disruption_cap",
                 "1 while the operator's cluster-wide disruption cap holds a node's cordon back",
             ),
+            Gauges::RolloutNodesAtHealthGates => (
+                "rollout_nodes_at_health_gates",
+                "Nodes whose packages finished that wait at their health gates (not failed) before they are uncordoned and counted complete",
+            ),
         }
     }
 
@@ -238,9 +247,9 @@ impl Gauges {
                 "stage",
             ],
             Gauges::PackageRestartsCount => &["nodewright_name", "package_name", "package_version"],
-            Gauges::RolloutWaitingForWindow | Gauges::RolloutWaitingForDisruptionCap => {
-                &["nodewright_name", "policy_name"]
-            }
+            Gauges::RolloutWaitingForWindow
+            | Gauges::RolloutWaitingForDisruptionCap
+            | Gauges::RolloutNodesAtHealthGates => &["nodewright_name", "policy_name"],
             _ => &[
                 "nodewright_name",
                 "policy_name",
@@ -361,6 +370,21 @@ pub fn samples(
         Gauges::RolloutWaitingForDisruptionCap,
         labels(&[("nodewright_name", name), ("policy_name", policy)]),
         i64::from(capped),
+    );
+    // `waiting for health gates on N node(s)`: N.
+    let at_gates = status
+        .waiting_for
+        .as_deref()
+        .into_iter()
+        .flat_map(|w| w.split("; "))
+        .find_map(|part| part.strip_prefix(nodewright_core::rollout::pass::GATES_WAITING))
+        .and_then(|rest| rest.trim_start_matches(" on ").split(' ').next())
+        .and_then(|n| n.parse::<i64>().ok())
+        .unwrap_or(0);
+    push(
+        Gauges::RolloutNodesAtHealthGates,
+        labels(&[("nodewright_name", name), ("policy_name", policy)]),
+        at_gates,
     );
     for (compartment, c) in &status.compartment_statuses {
         let strategy = strategies.get(compartment).copied().unwrap_or("unknown");

@@ -40,6 +40,8 @@ pub struct Acted {
     pub results: BTreeMap<String, (Option<NodeState>, Status)>,
     /// Some work waits for a node to drain.
     pub draining: bool,
+    /// A node waits at its health gates (not failed yet).
+    pub at_gates: bool,
     /// The first failure in node order (the other nodes were still worked on).
     pub first_error: Option<ReconcileError>,
 }
@@ -79,6 +81,7 @@ struct Done {
     state: Option<NodeState>,
     status: Status,
     draining: bool,
+    at_gates: bool,
     cap_held: Option<CapState>,
     error: Option<ReconcileError>,
 }
@@ -166,11 +169,13 @@ pub async fn act_on_nodes(
     let mut acted = Acted {
         results: BTreeMap::new(),
         draining: false,
+        at_gates: false,
         first_error: None,
     };
     let mut errors = BTreeMap::new();
     for d in done {
         acted.draining |= d.draining;
+        acted.at_gates |= d.at_gates;
         // The cap as the last node held saw it (the most disrupted nodes).
         decision.held_by_cap = decision.held_by_cap.max(d.cap_held);
         if let Some(e) = d.error {
@@ -201,6 +206,7 @@ async fn act_on_node(
         state: None,
         status: Status::Blocked,
         draining: false,
+        at_gates: false,
         cap_held: None,
         error: None,
     };
@@ -208,11 +214,21 @@ async fn act_on_node(
         Act::Malformed => return (done, node),
         Act::Advance(work) => {
             let state = work.state.clone();
-            match node_work::advance(ctx, input.nodewright, *work, input.jobs, all_nodewrights)
-                .await
-            {
+            // Uninstalls on deletion pass no gates: the NodeWright is going away.
+            let gates = input.health_gates.filter(|_| !input.deleting);
+            let advanced = node_work::advance(
+                ctx,
+                input.nodewright,
+                *work,
+                input.jobs,
+                all_nodewrights,
+                gates,
+            )
+            .await;
+            match advanced {
                 Ok(result) => {
                     done.draining = result.draining;
+                    done.at_gates = result.at_gates;
                     done.cap_held = result.cap_held;
                     done.state = Some(result.state);
                     done.status = result.status;

@@ -13,6 +13,7 @@ pub mod configmaps;
 pub mod disruption_cap;
 pub mod drain;
 pub mod finalizer;
+pub mod health_gates;
 pub mod job_ops;
 pub mod node_work;
 pub mod reboot_reset;
@@ -270,6 +271,7 @@ async fn decide_and_act(
         compartments,
         reset_batches,
         windows,
+        health_gates: gates_in_effect,
     } = pass_parts(
         &nw,
         &all_nodewrights,
@@ -293,6 +295,7 @@ async fn decide_and_act(
         deleting,
         now,
         windows: &windows,
+        health_gates: gates_in_effect.as_ref(),
     };
     let first_status = nw.status.clone().unwrap_or_default();
     let first = pass::decide(&input_over(&first_status), &compartments);
@@ -329,6 +332,7 @@ async fn decide_and_act(
 
     let acted = acts::act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
     let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
+    let at_gates = acted.at_gates;
     let held_by_cap = decision.held_by_cap.is_some();
     ctx.disruption.settle(&Rank::of(&nw), held_by_cap);
 
@@ -420,6 +424,7 @@ async fn decide_and_act(
     }
     Ok(match rollup {
         _ if draining => Action::requeue(DRAIN_RECHECK),
+        _ if at_gates => Action::requeue(health_gates::GATE_RECHECK),
         _ if held_by_cap => Action::requeue(CAP_RECHECK),
         _ if let Some(wait) = window_wake => Action::requeue(wait.min(IN_FLIGHT_RESYNC)),
         Some(Status::Complete) => Action::requeue(ctx.config.default_interval),

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use nodewright_shared::api::{NodeWright, Status};
+use nodewright_shared::api::{HealthGates, NodeWright, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::configmaps;
 use crate::context::Context;
@@ -23,6 +23,7 @@ use nodewright_core::jobs::{
 use nodewright_core::node::cordon;
 use nodewright_core::node::drain::{self, DrainOptions};
 use nodewright_core::node::edit::NodeEdit;
+use nodewright_core::node::health_gates::{self, GateMark, Verdict};
 use nodewright_core::node::runtime_cordon;
 use nodewright_core::node::state::{parse_state, status_edit};
 use nodewright_core::rollout::absorb;
@@ -54,6 +55,8 @@ pub struct NodeResult {
     pub status: Status,
     /// Work is held back until the node drains (nothing else will trigger the next pass).
     pub draining: bool,
+    /// The node waits at its health gates (not failed): they are observed again soon.
+    pub at_gates: bool,
     /// The cluster-wide disruption cap held its cordon back (the cap as counted then).
     pub cap_held: Option<CapState>,
 }
@@ -80,6 +83,7 @@ pub async fn advance(
     work: NodeWork,
     jobs: &JobIndex,
     all_nodewrights: &[Arc<NodeWright>],
+    gates: Option<&HealthGates>,
 ) -> Result<NodeResult, ReconcileError> {
     let NodeWork {
         node,
@@ -135,10 +139,50 @@ pub async fn advance(
                 }),
                 state,
                 draining: false,
+                at_gates: false,
                 cap_held: None,
             });
         }
-        let complete = graph::all_done(&nodewright.spec.packages, &p.state);
+        let all_done = graph::all_done(&nodewright.spec.packages, &p.state);
+        let gates = health_gates::configured(gates);
+        let at_gates = health_gates::at_gates(gates, &node, &nw, all_done);
+        if at_gates && !fresh {
+            // Gates are judged on the node as the API server has it (the cache keeps none of the
+            // kubelet's conditions), and the write that follows is guarded by that very version:
+            // a node is never uncordoned on an observation older than the node it writes.
+            match reread(ctx, &nw, &name).await? {
+                Some((n, Some(s))) => {
+                    let same = n.metadata.resource_version == node.metadata.resource_version;
+                    node = n;
+                    fresh = true;
+                    if !same {
+                        (state, absorbed) = absorb::completions(nodewright, &name, s, jobs);
+                        continue;
+                    }
+                }
+                _ => break,
+            }
+        }
+        let mut gate_verdict = None;
+        if let Some(gates) = gates.filter(|_| at_gates) {
+            let now = ctx.now();
+            let before = health_gates::mark(&node, &nw);
+            let since = before.as_ref().map_or(now, |m| m.since_or(now));
+            let observed = super::health_gates::observe(ctx, gates, &node).await;
+            let verdict = health_gates::judge(gates, &observed, since, now);
+            let after = before
+                .clone()
+                .unwrap_or_else(|| GateMark::starting(now))
+                .after(&verdict, now);
+            gate_verdict = Some((before, after, verdict));
+        }
+        let gates_passed = gate_verdict
+            .as_ref()
+            .is_none_or(|(_, _, v)| *v == Verdict::Passed);
+        let gate_failed = gate_verdict
+            .as_ref()
+            .is_some_and(|(_, _, v)| matches!(v, Verdict::Failed { .. }));
+        let complete = all_done && gates_passed;
         // A drain past drainConfig.timeout (still cordoned, not drained): the node is erroring and
         // stays cordoned; nothing is forced.
         let drain_timed_out = !complete
@@ -147,7 +191,7 @@ pub async fn advance(
                 .is_some_and(|started| drain::timed_out(started, drain_options.timeout, ctx.now()));
         let status = node_status(NodeFacts {
             complete,
-            erroring: any_erroring(nodewright, &p.state) || drain_timed_out,
+            erroring: any_erroring(nodewright, &p.state) || drain_timed_out || gate_failed,
             active: true,
             ..NodeFacts::default()
         });
@@ -162,6 +206,12 @@ pub async fn advance(
         // Someone uncordoned the node under the persistent cordon's mark: the mark goes with this
         // write (nothing is written for it otherwise), and the node is not cordoned again.
         runtime_cordon::clear_stale(&mut edit, &node);
+        // The wait at the gates: recorded while it lasts, gone once passed or when the packages
+        // have work again.
+        let gate_mark = gate_verdict
+            .as_ref()
+            .and_then(|(_, after, _)| after.as_ref());
+        health_gates::record(&mut edit, &node, &nw, gate_mark);
         let mut reserved = false;
         let mut cap_held = None;
         if complete {
@@ -194,6 +244,9 @@ pub async fn advance(
             }
         } else if p.release_cordon && cordon::holds_cordon(&node, &nw) {
             // A disruptive stage ended without a pod ever running: nothing holds the node.
+            cordon::uncordon(&mut edit, &node, &nw);
+        } else if gate_failed && gates.is_some_and(HealthGates::uncordons_on_failure) {
+            // `onFailure: Uncordon`: the failed node takes workloads again (still erroring).
             cordon::uncordon(&mut edit, &node, &nw);
         }
         // Announced once, when the timeout turns the node erroring (not on every drain recheck).
@@ -232,6 +285,10 @@ pub async fn advance(
         if announce_timeout {
             announce_drain_timeout(ctx, nodewright, &node, &drain_options).await;
         }
+        if let Some((before, _, verdict)) = &gate_verdict {
+            let uncordons = gates.is_some_and(HealthGates::uncordons_on_failure);
+            announce_gates(ctx, nodewright, &node, before.as_ref(), uncordons, verdict).await;
+        }
         // The next stages first (the rollout's critical path), then the absorbed Jobs' marks.
         let draining = execute(ctx, nodewright, &node, &p, node_order, &drain_options).await?;
         mark_absorbed(ctx, &absorbed).await?;
@@ -242,6 +299,7 @@ pub async fn advance(
             state: p.state,
             status,
             draining,
+            at_gates: at_gates && !gates_passed && !gate_failed,
             cap_held,
         });
     }
@@ -250,8 +308,49 @@ pub async fn advance(
         state,
         status: Status::Blocked,
         draining: false,
+        at_gates: false,
         cap_held: None,
     })
+}
+
+/// Announces a node's gates once per change: a Warning `GateFailed` Event (on the NodeWright and
+/// the node) when a gate's timeout passes and the node turns erroring; a log line when a wait
+/// begins and when the gates pass.
+async fn announce_gates(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    node: &Node,
+    before: Option<&GateMark>,
+    uncordons: bool,
+    verdict: &Verdict,
+) {
+    let name = node.name_any();
+    let nw = nodewright.name_any();
+    match verdict {
+        Verdict::Failed { gate, saw } if !before.is_some_and(|m| m.failed) => {
+            let note = format!(
+                "Node [{name}] did not pass health gate {gate} within its timeout: {saw}; it is erroring ({}), a failed node of its batch, and completes if the gate passes later",
+                if uncordons {
+                    "uncordoned: onFailure Uncordon"
+                } else {
+                    "it stays cordoned"
+                }
+            );
+            ctx.events
+                .warn_on_nodewright(nodewright, health_gates::GATE_FAILED, note.clone(), None)
+                .await;
+            ctx.events
+                .warn_on_node(node, health_gates::GATE_FAILED, note, None)
+                .await;
+        }
+        Verdict::Passed if before.is_some() => {
+            info!(node = %name, nodewright = %nw, "health gates passed; the node is uncordoned and complete");
+        }
+        Verdict::Waiting { gate, saw, .. } if before.is_none() => {
+            info!(node = %name, nodewright = %nw, %gate, %saw, "packages finished; waiting at the health gates");
+        }
+        _ => {}
+    }
 }
 
 /// Marks the completed Jobs whose outcomes a node write just recorded ([`absorb`]).
@@ -635,7 +734,7 @@ mod tests {
             plan: None,
             node_order: 0,
         };
-        let result = advance(&ctx, &nw, work, &JobIndex::with_fleet([], &[]), &[])
+        let result = advance(&ctx, &nw, work, &JobIndex::with_fleet([], &[]), &[], None)
             .await
             .expect("the node is worked");
         drop(ctx);

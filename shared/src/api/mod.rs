@@ -4,6 +4,7 @@
 
 mod cel;
 mod drain;
+mod health_gates;
 mod history;
 mod nodewright;
 mod package;
@@ -11,6 +12,10 @@ mod policy;
 mod status;
 
 pub use drain::DrainConfig;
+pub use health_gates::{
+    AlertGate, ConditionStatus, DEFAULT_GATE_TIMEOUT, GateFailureAction, HealthGate, HealthGates,
+    MAX_GATE_TIMEOUT_HOURS, MAX_HEALTH_GATES, NODE_PLACEHOLDER, NodeConditionGate, PodsReadyGate,
+};
 pub use history::{AutomaticRollback, MAX_REVISIONS, Revision, RollbackPhase};
 pub use nodewright::{
     DEFAULT_PRIORITY, DeploymentPolicyOptions, InterruptionBudget, MAX_PACKAGES, NodeWright,

@@ -79,6 +79,9 @@ use super::status::NodeWrightStatus;
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "!(has(self.deploymentPolicy) && size(self.deploymentPolicy) > 0 && has(self.interruptionBudget) && (has(self.interruptionBudget.percent) || has(self.interruptionBudget.count)))",
     "message": "deploymentPolicy and interruptionBudget are mutually exclusive: limit the rollout with one of them"
+}, {
+    "rule": "!(has(self.deploymentPolicy) && size(self.deploymentPolicy) > 0 && has(self.healthGates))",
+    "message": "deploymentPolicy and healthGates are mutually exclusive: put the gates in the DeploymentPolicy"
 }]))]
 pub struct NodeWrightSpec {
     /// Run one package at a time on each node (one per reconcile pass) instead of every package whose
@@ -115,6 +118,11 @@ pub struct NodeWrightSpec {
     /// share of the targeted nodes (percent) may be worked on at once. Not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption_budget: Option<InterruptionBudget>,
+
+    /// Checks a node must pass after its packages finished, before it is uncordoned and counted
+    /// complete, when no deploymentPolicy is set (a policy carries its own). Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gates: Option<super::HealthGates>,
 
     /// The packages, keyed by name (at most 100). Dependencies between them form a graph that must
     /// have no cycles.

@@ -47,6 +47,11 @@ pub struct DeploymentPolicySpec {
     #[schemars(extend("maxItems" = 20))]
     pub windows: Vec<MaintenanceWindow>,
 
+    /// Checks every node must pass after its packages finished, before it is uncordoned and counted
+    /// complete for its batch (validator pods Ready, a node condition, no firing alert). Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gates: Option<super::HealthGates>,
+
     /// Reset every compartment's batch state when a NodeWright using this policy completes or a
     /// package version changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -14,6 +14,7 @@ mod blast_radius;
 pub mod cluster;
 pub mod findings;
 mod graph;
+mod health_gates;
 mod image;
 pub mod labels;
 mod nodewright;

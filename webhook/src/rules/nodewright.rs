@@ -105,6 +105,15 @@ pub fn check(nw: &NodeWright, cluster: &dyn ClusterView, f: &mut Findings) {
             );
         }
     }
+    if let Some(gates) = &spec.health_gates {
+        if policy.is_some() {
+            f.error(
+                "spec.healthGates",
+                "deploymentPolicy and healthGates are mutually exclusive: put the gates in the DeploymentPolicy (spec.healthGates there), or remove deploymentPolicy",
+            );
+        }
+        super::health_gates::check(gates, "spec.healthGates", f);
+    }
     if spec.priority < 1 {
         f.error(
             "spec.priority",

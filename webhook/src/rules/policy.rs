@@ -39,6 +39,10 @@ pub fn check(policy: &DeploymentPolicy, f: &mut Findings) {
 
     check_rollback(policy, f);
 
+    if let Some(gates) = &spec.health_gates {
+        super::health_gates::check(gates, "spec.healthGates", f);
+    }
+
     if let Err(problems) = window::parse(&spec.windows) {
         for p in problems {
             f.error(format!("spec.{}", p.field()), p.problem());
@@ -363,6 +367,7 @@ mod tests {
                 },
                 compartments,
                 windows: Vec::new(),
+                health_gates: None,
                 reset_batch_state_on_completion: None,
                 rollback_on_failure: None,
             },
