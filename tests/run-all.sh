@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project, the way CI does:
 #   1. builds the local control plane's binaries from their Go modules (cached; minutes the first time),
-#   2. builds promtool (tests/prometheus, cached) for the alert rule tests, checks formatting, lint
+#   2. builds promtool and prometheus (tests/prometheus, cached) for the alert rule tests and the
+#      alert health gate, checks formatting, lint
 #      and that generated files (crds/; docs/reference/metrics.md and the dashboard are checked by
 #      tests/docs/tests/generated.rs) match their generators, and the dependency graph against
 #      deny.toml (cargo-deny, built from crates.io and cached),
@@ -19,8 +20,8 @@ step() { printf '\n==> [%4ds] %s\n' "$((SECONDS - started_at))" "$*" >&2; }
 step "building the local control plane (cached after the first run)"
 tests/controlplane/build.sh >&2
 
-step "building promtool from the Prometheus Go module (cached after the first run; alert rule tests)"
-tests/prometheus/build.sh >&2
+step "building promtool and prometheus from the Prometheus Go module (cached after the first run; alert rule tests, the alert health gate)"
+tests/prometheus/build.sh --with-prometheus >&2
 
 # A test that cannot run here fails unless skipping it was asked for (NODEWRIGHT_ALLOW_SKIP, see
 # tests/e2e/src/skip.rs); every skip is logged here and counted at the end.

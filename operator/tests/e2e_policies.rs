@@ -57,6 +57,15 @@
 //!     nodes are cordoned by NodeWrights at once; a NodeWright the cap held says so in
 //!     `status.waitingFor` with a WaitingForDisruptionCap Event; both complete, every cordon
 //!     released.
+//! (gates) a policy's health gates (validator pods Ready, then a node condition): each node waits
+//!     cordoned and in progress after its packages finished, its batch open, until both pass, then
+//!     is uncordoned and complete in one write; a gate past its timeout (the operator's clock moved)
+//!     makes the node erroring with a GateFailed Event, still cordoned, and it completes when its
+//!     gates pass later. Replaying every node version, no cordon was released in a version whose
+//!     gate condition was not True.
+//! (alert gate) a NodeWright's own no-firing-alert gate asked of a real Prometheus (the project's
+//!     build) that scrapes the test's target: the node with a series waits (its record names the
+//!     series), the other completes; once the series clears, the node completes.
 //! (metrics) a NodeWright's `nodewright_*` series are on `/metrics` during its rollout (held on a
 //!     hanging pod) and after it; once it is deleted (its finalizer let it go) none is left, while
 //!     another NodeWright's series stay.
@@ -2238,5 +2247,215 @@ async fn health_gates_hold_a_node_cordoned_until_they_pass() {
         }
     }
     assert_eq!(releases, 2, "each node's cordon released once");
+    delete_nodes(&client, &names).await;
+}
+
+/// A Prometheus server of the project's own build (tests/prometheus/build.sh --with-prometheus),
+/// on 127.0.0.1, scraping one target every second; killed when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    /// Starts one scraping `target` (`host:port`) and waits until it answers queries.
+    async fn start(cluster: &Cluster, target: &str) -> Prometheus {
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let built = std::process::Command::new(repo.join("tests/prometheus/build.sh"))
+            .arg("--with-prometheus")
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("tests/prometheus/build.sh runs");
+        assert!(built.status.success(), "building prometheus failed");
+        let bin = String::from_utf8_lossy(&built.stdout)
+            .lines()
+            .last()
+            .map(|l| std::path::PathBuf::from(l.trim()).join("prometheus"))
+            .expect("the bin dir");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: gates\n  static_configs:\n  - targets: ['{target}']\n"
+            ),
+        )
+        .expect("config written");
+        let port = nodewright_e2e::process::free_port();
+        let child = std::process::Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus starts");
+        let url = format!("http://127.0.0.1:{port}");
+        let ready = format!("{url}/-/ready");
+        cluster
+            .wait_for("prometheus ready", BOUND, || {
+                let ready = ready.clone();
+                async move {
+                    Ok(reqwest::get(&ready)
+                        .await
+                        .ok()
+                        .filter(|r| r.status().is_success())
+                        .map(|_| ()))
+                }
+            })
+            .await
+            .expect("prometheus answers");
+        Prometheus {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Serves `gate_test_unhealthy{node="<node>"} <value>` for each entry of `values` on 127.0.0.1;
+/// returns `host:port`.
+async fn serve_unhealthy(values: Arc<Mutex<BTreeMap<String, i32>>>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let values = values.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let body: String = values
+                    .lock()
+                    .expect("lock")
+                    .iter()
+                    .map(|(node, v)| format!("gate_test_unhealthy{{node=\"{node}\"}} {v}\n"))
+                    .collect();
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// (alert gate) A NodeWright's own `noFiringAlert` gate, asked of a real Prometheus that scrapes
+/// the test's target: while the query returns a series for the node, the node waits (its record
+/// names the series); once the series reports 0 (the query's `== 1` drops it), the node completes.
+/// A node whose query returns nothing completes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firing_alert_holds_a_node_until_it_clears() {
+    use nodewright_core::node::health_gates;
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster
+        .create_namespace("alertgate")
+        .await
+        .expect("namespace");
+    let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
+    let (n0, n1) = (names[0].as_str(), names[1].as_str());
+    let values = Arc::new(Mutex::new(BTreeMap::from([
+        (n0.to_owned(), 1),
+        (n1.to_owned(), 0),
+    ])));
+    let target = serve_unhealthy(values.clone()).await;
+    let prometheus = Prometheus::start(cluster, &target).await;
+    // The gate passes on an empty answer: the series must be scraped before the node finishes.
+    let scraped = format!("{}/api/v1/query", prometheus.url);
+    cluster
+        .wait_for("the first scrape", BOUND, || {
+            let scraped = scraped.clone();
+            async move {
+                let answer = reqwest::Client::new()
+                    .get(&scraped)
+                    .query(&[("query", "gate_test_unhealthy == 1")])
+                    .send()
+                    .await;
+                let Ok(answer) = answer else { return Ok(None) };
+                let body = answer.bytes().await.unwrap_or_default();
+                let seen = health_gates::observe_query_answer(&body);
+                Ok(
+                    matches!(seen, health_gates::Observation::Series(s) if !s.is_empty())
+                        .then_some(()),
+                )
+            }
+        })
+        .await
+        .expect("prometheus scraped the target");
+    let _operator = start_operator(client.clone(), &ns, None, None);
+    let nw = format!("{ns}-alerted");
+    let gates: nodewright_shared::api::HealthGates = serde_json::from_value(json!({
+        "gates": [{"name": "no-unhealthy", "timeout": "1h", "noFiringAlert": {
+            "prometheusUrl": prometheus.url,
+            "query": "gate_test_unhealthy{node=\"$NODE\"} == 1"
+        }}]
+    }))
+    .expect("gates");
+    create_nodewright(
+        &client,
+        &ns,
+        &nw,
+        NodeWrightSpec {
+            node_selectors: on_nodes(&[n0, n1]),
+            health_gates: Some(gates),
+            packages: BTreeMap::from([("tuned".to_owned(), package("1.0.0", &[]))]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mark = wait_gate_mark(cluster, &client, n0, &nw, "held by the series", |m| {
+        m.saw
+            .as_deref()
+            .is_some_and(|s| s.starts_with("1 series returned"))
+    })
+    .await;
+    assert_eq!(mark.gate.as_deref(), Some("no-unhealthy"));
+    let saw = mark.saw.unwrap_or_default();
+    assert!(saw.contains(&format!("node=\"{n0}\"")), "{saw}");
+    // n1's query returns nothing: it completed.
+    cluster
+        .wait_for("n1 complete", BOUND, || {
+            let client = client.clone();
+            let nw = nw.clone();
+            async move {
+                let n = node_now(&client, n1).await;
+                Ok((n
+                    .annotations()
+                    .get(&keys::node_status_key(&nw))
+                    .map(String::as_str)
+                    == Some("complete"))
+                .then_some(()))
+            }
+        })
+        .await
+        .expect("n1 passes");
+    let n0_now = node_now(&client, n0).await;
+    assert_eq!(
+        n0_now
+            .annotations()
+            .get(&keys::node_status_key(&nw))
+            .map(String::as_str),
+        Some("in_progress"),
+        "n0 still waits"
+    );
+    // The series clears: n0 completes, its record gone.
+    values.lock().expect("lock").insert(n0.to_owned(), 0);
+    wait_complete_at(cluster, &client, &nw, 1).await;
+    assert_eq!(health_gates::mark(&node_now(&client, n0).await, &nw), None);
     delete_nodes(&client, &names).await;
 }
