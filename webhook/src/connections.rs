@@ -5,27 +5,31 @@
 //! connections and stay silent. Two bounds keep the port answering the kube-apiserver:
 //!
 //! - **Deadlines by phase** (as Go's net/http: a header timeout starts at a request's first byte,
-//!   an idle timeout covers the wait for it). A connection must send its first complete request
-//!   head within the read timeout of its TLS handshake ([`Phase::Fresh`]); once idle it may wait
-//!   [`crate::server::KEEP_ALIVE_IDLE`] for its next request, which must then be complete within
-//!   the read timeout of its first byte ([`Phase::Head`]). hyper's own header-read timer starts
-//!   whenever it waits for a head, which ties the two together: either idle keep-alive connections
-//!   of the apiserver are closed early (a request sent on one as it closes fails), or a silent
-//!   client holds a connection for minutes. The same phases apply to HTTP/2, where hyper has no
-//!   header or idle timeout at all (a request there is a stream; a connection is idle when it has
-//!   none open). Bytes on an idle HTTP/2 connection start the read timeout as a head would, so a
-//!   client that only pings an idle connection has it closed after the read timeout; the webhook
-//!   sends no pings of its own (the apiserver calls webhooks over HTTP/1.1).
+//!   an idle timeout covers the wait for it). A connection waiting for a request, whether it has
+//!   served one ([`Phase::Idle`]) or not yet ([`Phase::Fresh`], from its TLS handshake), may wait
+//!   [`crate::server::KEEP_ALIVE_IDLE`]; a request head must then be complete within the read
+//!   timeout of its first byte ([`Phase::Head`]). A fresh connection gets the idle wait, not the
+//!   read timeout, because the apiserver's client (Go's net/http Transport) keeps a connection it
+//!   dialed for a request that another connection served first in its idle pool, unused, and sends
+//!   a later request on it: closing it after the read timeout raced that request, which failed
+//!   with "write: broken pipe" (rotation_load in CI, 10 s after a burst of dials). hyper's own
+//!   header-read timer starts whenever it waits for a head, which ties the two together: either
+//!   idle keep-alive connections of the apiserver are closed early (a request sent on one as it
+//!   closes fails), or a slow head holds a connection for minutes. The same phases apply to
+//!   HTTP/2, where hyper has no header or idle timeout at all (a request there is a stream; a
+//!   connection is idle when it has none open). Bytes on an idle HTTP/2 connection start the read
+//!   timeout as a head would, so a client that only pings an idle connection has it closed after
+//!   the read timeout; the webhook sends no pings of its own (the apiserver calls webhooks over
+//!   HTTP/1.1).
 //!
 //! The eviction can pick a connection in the instant between its request head arriving and the
 //! request being marked started; that request then fails. Only a full table under a flood of new
 //! connections does this, and the flood would otherwise be refused outright.
 //! - **A cap**: at most `max` connections. At the cap a new connection takes the slot of the
-//!   oldest one that never completed a request (the apiserver sends its request as soon as a
-//!   connection is up, so a fresh connection that lingers is not the apiserver's), else of the one
-//!   idle longest; when every connection is in a request, the new one is refused at once.
-//!   Evicting rather than refusing means a flood of silent connections cannot lock the apiserver
-//!   out for a read timeout.
+//!   oldest one that never sent a byte of a request (a silent client's, or one the apiserver
+//!   dialed and has not needed: the cheapest to lose), else of the one idle longest; when every
+//!   connection is in a request, the new one is refused at once. Evicting rather than refusing
+//!   means a flood of silent connections cannot lock the apiserver out while they wait.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -43,7 +47,8 @@ use tokio::time::{Instant, Sleep};
 /// Where a connection is in its life; sets its read deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Handshaking or waiting for its first request head (since the instant).
+    /// Handshaking or, handshaken, waiting for the first byte of its first request (since the
+    /// instant).
     Fresh(Instant),
     /// Idle between requests (since the instant).
     Idle(Instant),
@@ -56,9 +61,9 @@ pub enum Phase {
 /// The deadlines of the phases.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
-    /// For a fresh connection's first request head, and for any head from its first byte.
+    /// For a request head, from its first byte.
     pub read: Duration,
-    /// For an idle connection's next request to start.
+    /// For a connection's next (or first) request to start.
     pub idle: Duration,
 }
 
@@ -82,16 +87,16 @@ impl Slot {
     /// When the connection must have made progress by, in its current phase (`None` while busy).
     pub fn deadline(&self) -> Option<Instant> {
         match *self.phase() {
-            Phase::Fresh(since) | Phase::Head(since) => Some(since + self.timeouts.read),
-            Phase::Idle(since) => Some(since + self.timeouts.idle),
+            Phase::Head(since) => Some(since + self.timeouts.read),
+            Phase::Fresh(since) | Phase::Idle(since) => Some(since + self.timeouts.idle),
             Phase::Busy(_) => None,
         }
     }
 
-    /// Bytes arrived: on an idle connection, the next request has begun.
+    /// Bytes arrived: on a fresh or idle connection, a request has begun.
     fn on_bytes(&self) {
         let mut phase = self.phase();
-        if let Phase::Idle(_) = *phase {
+        if let Phase::Fresh(_) | Phase::Idle(_) = *phase {
             *phase = Phase::Head(Instant::now());
         }
     }
@@ -106,7 +111,7 @@ impl Slot {
         RequestGuard { slot: self.clone() }
     }
 
-    /// The TLS handshake finished: the first request's head is due within the read timeout.
+    /// The TLS handshake finished: the connection waits for its first request.
     pub fn handshaken(&self) {
         *self.phase() = Phase::Fresh(Instant::now());
     }
@@ -368,6 +373,13 @@ mod tests {
         let registry = Registry::new(4, timeouts());
         let before = Instant::now();
         let s = slot(registry.open());
+        due_after(s.deadline(), before, Duration::from_secs(120));
+        // Handshaken and silent, it waits as an idle one: the apiserver's pool keeps unused dials.
+        let before = Instant::now();
+        s.handshaken();
+        due_after(s.deadline(), before, Duration::from_secs(120));
+        let before = Instant::now();
+        s.on_bytes();
         due_after(s.deadline(), before, Duration::from_secs(10));
         let guard = s.request();
         assert_eq!(s.deadline(), None, "no deadline while answering");

@@ -35,9 +35,9 @@ pub const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(120);
 /// Bounds on slow, stalled or too many clients.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Time for the TLS handshake and, separately, for a request's head: a fresh connection's
-    /// first one from the handshake, any later one from its first byte. An idle keep-alive
-    /// connection gets [`KEEP_ALIVE_IDLE`] (or this, if longer) to start its next request.
+    /// Time for the TLS handshake and, separately, for a request's head from its first byte. A
+    /// connection waiting for a request (its first or its next) gets [`KEEP_ALIVE_IDLE`] (or
+    /// this, if longer) to start it.
     pub read_timeout: Duration,
     /// Time in-flight requests get to finish once a stop is requested.
     pub shutdown_grace: Duration,

@@ -1,5 +1,6 @@
-//! Load shedding of admission requests: a request over the in-flight limits is answered at once
-//! with 503 and `Retry-After: 1` instead of waiting in a queue.
+//! Load shedding of admission requests: a request over the in-flight limits is answered 503 with
+//! `Retry-After: 1` instead of waiting in a queue (an ordinary review's body is read and dropped
+//! first, so the connection stays open: see [`shed`]'s answer).
 //!
 //! A queue would hold a caller's memory and its slot of the apiserver's timeout while it waits;
 //! an immediate 503 with `Retry-After` is what client-go's REST client retries after the delay.
@@ -19,6 +20,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tracing::debug;
 
@@ -94,6 +96,38 @@ fn overloaded(what: &str) -> Response {
     response
 }
 
+/// The 503 for a shed request, answered once its body has been read to the end when the body is
+/// an ordinary review (declared, at most [`LARGE_BODY`]; read chunk by chunk and dropped, never
+/// buffered).
+///
+/// Why read what will be thrown away: hyper keeps an HTTP/1.1 connection only once the request's
+/// body is read, so a 503 answered over an unread body closes the connection, and the kernel
+/// resets a socket closed with unread data. The kube-apiserver writes a review's head and body
+/// separately; still writing the body, it gets "write: broken pipe" and fails the admission
+/// (`failurePolicy: Fail`) instead of reading the 503 and retrying after `Retry-After`. Large or unframed
+/// bodies are not read (refusing them unread is what the large-body budget is for); their answer
+/// says `Connection: close`. The request timeout bounds the read.
+async fn shed_answer(request: Request, declared: Option<usize>, what: &str) -> Response {
+    if declared.is_some_and(|n| n <= LARGE_BODY) {
+        let mut chunks = request.into_body().into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            if chunk.is_err() {
+                return closing(overloaded(what));
+            }
+        }
+        return overloaded(what);
+    }
+    closing(overloaded(what))
+}
+
+/// `response`, asking the client not to reuse the connection.
+fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// The middleware: takes the request's share of both limits or answers 503.
 pub async fn shed(State(limits): State<InFlight>, request: Request, next: Next) -> Response {
     // The declared length, or the body's own exact size (hyper knows it from the framing).
@@ -110,7 +144,7 @@ pub async fn shed(State(limits): State<InFlight>, request: Request, next: Next) 
     let Ok(_request) = limits.requests.clone().try_acquire_owned() else {
         limits.shed.inc();
         debug!("shed a request: too many in flight");
-        return overloaded("too many requests in flight");
+        return shed_answer(request, declared, "too many requests in flight").await;
     };
     let size = declared.map_or(limits.max_body_bytes, |n| n.min(limits.max_body_bytes));
     let _large = if declared.is_none_or(|n| n > LARGE_BODY) {
@@ -121,7 +155,7 @@ pub async fn shed(State(limits): State<InFlight>, request: Request, next: Next) 
         else {
             limits.shed.inc();
             debug!(size, "shed a request: too many large bodies in flight");
-            return overloaded("too many large request bodies in flight");
+            return shed_answer(request, declared, "too many large request bodies in flight").await;
         };
         Some(permit)
     } else {

@@ -11,8 +11,9 @@ use std::time::Duration;
 use nodewright_shared::defaults::OperatorDefaults;
 use nodewright_webhook::cache::StaticView;
 use nodewright_webhook::metrics::Metrics;
-use nodewright_webhook::routes::{AppState, Readiness, router};
+use nodewright_webhook::routes::{AppState, Readiness, router, router_with};
 use nodewright_webhook::server::{Limits, serve_tls};
+use nodewright_webhook::shed::{InFlight, InFlightLimits};
 use nodewright_webhook::tls::{self, CertStore};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls_pki_types::pem::PemObject;
@@ -275,7 +276,7 @@ async fn exchange<S>(tls: &mut S, body: &[u8]) -> String
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let head = format!(
         "POST /validate-nodewright HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
@@ -284,30 +285,12 @@ where
         return String::new();
     }
     let _ = tls.flush().await;
-    // Read the head, then exactly content-length bytes of body, leaving the connection idle.
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + length {
-                match tls.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return String::new(),
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            return head.lines().next().unwrap_or_default().to_owned();
-        }
-        match tls.read(&mut chunk).await {
-            Ok(0) | Err(_) => return String::new(),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
+    read_response(tls)
+        .await
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The webhook's TLS server on a free 127.0.0.1 port with a certificate signed by `ca` and
@@ -316,6 +299,15 @@ where
 async fn serve_signed_by(
     ca: &Ca,
     read_timeout: Duration,
+) -> (std::net::SocketAddr, watch::Sender<bool>, tempfile::TempDir) {
+    serve_signed_by_with(ca, read_timeout, None).await
+}
+
+/// As [`serve_signed_by`], with these in-flight limits instead of the defaults.
+async fn serve_signed_by_with(
+    ca: &Ca,
+    read_timeout: Duration,
+    in_flight: Option<InFlight>,
 ) -> (std::net::SocketAddr, watch::Sender<bool>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key, _) = leaf(ca, "webhook");
@@ -335,7 +327,10 @@ async fn serve_signed_by(
     tokio::spawn(serve_tls(
         listener,
         Arc::new(tls::server_config(certs).expect("tls config")),
-        router(state, 8 << 20, Duration::from_secs(10)),
+        match in_flight {
+            Some(in_flight) => router_with(state, 8 << 20, Duration::from_secs(10), in_flight),
+            None => router(state, 8 << 20, Duration::from_secs(10)),
+        },
         Limits {
             read_timeout,
             shutdown_grace: Duration::from_secs(1),
@@ -368,7 +363,11 @@ async fn connect_trusting(
 
 /// The kube-apiserver talks to webhooks over HTTP/1.1 and keeps idle connections for 90 s; an idle
 /// keep-alive connection must outlive the (short) header-read timeout, or the apiserver's next
-/// request on it races the server's close and fails.
+/// request on it races the server's close and fails. So must a new connection that has not sent a
+/// request yet: Go's Transport keeps a connection it dialed for a request another connection
+/// served first in its idle pool, unused, and sends a later request on it (closed after the read
+/// timeout, such connections failed two admissions of a rotation_load run in CI with
+/// "write: broken pipe").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -376,6 +375,7 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
     let read_timeout = Duration::from_millis(500);
     let (addr, stop_tx, _dir) = serve_signed_by(&ca, read_timeout).await;
     let mut tls = connect_trusting(&ca.pem, addr, b"http/1.1").await;
+    let mut unused = connect_trusting(&ca.pem, addr, b"http/1.1").await;
     let body = validate_body();
     assert_eq!(exchange(&mut tls, &body).await, "http/1.1 200 ok");
     // Idle for four header-read timeouts, as between two admissions on a quiet cluster.
@@ -385,13 +385,18 @@ async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
         "http/1.1 200 ok",
         "the idle connection was closed by the server"
     );
+    assert_eq!(
+        exchange(&mut unused, &body).await,
+        "http/1.1 200 ok",
+        "the connection that had not sent a request yet was closed by the server"
+    );
     let _ = stop_tx.send(true);
 }
 
-/// A client that stops talking is closed once its phase's deadline passes: a silent new
-/// connection (HTTP/1.1 or h2) within the read timeout of its handshake, and a request head left
-/// half-sent after an earlier request within the read timeout of its first byte, not after the
-/// 120 s an idle keep-alive connection gets. Before, both were held open for 120 s (h2 forever).
+/// A client that stops talking in the middle of a request is closed once the read timeout of the
+/// request's first byte passes, not after the 120 s an idle connection gets: a request head left
+/// half-sent on a new connection or after an earlier request, and an h2 connection that sent its
+/// preface and no request. Before, these were held open for 120 s (h2 forever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_client_is_closed_after_the_read_timeout_not_the_idle_one() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -415,17 +420,30 @@ async fn a_silent_client_is_closed_after_the_read_timeout_not_the_idle_one() {
         .await
         .is_ok()
     }
+    const HALF_A_HEAD: &[u8] = b"POST /validate-nodewright HTTP/1.1\r\nhost: loc";
 
-    let mut silent = connect(b"http/1.1").await;
+    let mut fresh_half = connect(b"http/1.1").await;
+    fresh_half
+        .write_all(HALF_A_HEAD)
+        .await
+        .expect("half a head");
+    fresh_half.flush().await.expect("flush");
     assert!(
-        closed_by_server(&mut silent).await,
-        "a silent HTTP/1.1 connection stayed open"
+        closed_by_server(&mut fresh_half).await,
+        "a half-sent first head kept its connection open"
     );
-    let mut silent_h2 = connect(b"h2").await;
-    assert_eq!(silent_h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+
+    let mut preface_only = connect(b"h2").await;
+    assert_eq!(preface_only.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    // The client preface and an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+    preface_only
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .expect("preface");
+    preface_only.flush().await.expect("flush");
     assert!(
-        closed_by_server(&mut silent_h2).await,
-        "a silent h2 connection stayed open"
+        closed_by_server(&mut preface_only).await,
+        "an h2 connection with no request stayed open"
     );
 
     let mut half = connect(b"http/1.1").await;
@@ -433,13 +451,109 @@ async fn a_silent_client_is_closed_after_the_read_timeout_not_the_idle_one() {
         exchange(&mut half, &validate_body()).await,
         "http/1.1 200 ok"
     );
-    half.write_all(b"POST /validate-nodewright HTTP/1.1\r\nhost: loc")
-        .await
-        .expect("half a head");
+    half.write_all(HALF_A_HEAD).await.expect("half a head");
     half.flush().await.expect("flush");
     assert!(
         closed_by_server(&mut half).await,
         "a half-sent head after a request kept its connection open"
     );
     let _ = stop_tx.send(true);
+}
+
+/// A shed request leaves its keep-alive connection open. The kube-apiserver writes an
+/// AdmissionReview's head and body in separate writes; a 503 answered before the body was read
+/// made hyper close the connection over the unread body, the kernel reset it, and the apiserver,
+/// still writing the body, would fail the admission with "write: broken pipe" instead of retrying
+/// after `Retry-After`. The server now reads an ordinary body to its end before it answers 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_request_leaves_its_keep_alive_connection_open() {
+    use tokio::io::AsyncWriteExt;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = ca();
+    let in_flight = InFlight::new(
+        InFlightLimits {
+            max_requests: 1,
+            max_large_bytes: 8 << 20,
+            max_body_bytes: 8 << 20,
+        },
+        prometheus_client::metrics::counter::Counter::default(),
+    );
+    let (addr, stop_tx, _dir) =
+        serve_signed_by_with(&ca, Duration::from_secs(10), Some(in_flight.clone())).await;
+    let body = validate_body();
+    let head = format!(
+        "POST /validate-nodewright HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+
+    // The one in-flight slot, held by a request whose body has not come yet.
+    let mut holder = connect_trusting(&ca.pem, addr, b"http/1.1").await;
+    holder
+        .write_all(head.as_bytes())
+        .await
+        .expect("holder head");
+    holder.flush().await.expect("flush");
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        while in_flight.in_flight() < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(held.is_ok(), "the holder's request never took the slot");
+
+    // Over the limit: the head, a pause (an early answer and its close would come in it), the body.
+    let mut shed = connect_trusting(&ca.pem, addr, b"http/1.1").await;
+    shed.write_all(head.as_bytes()).await.expect("shed head");
+    shed.flush().await.expect("flush");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = shed.write_all(&body).await.is_ok() && shed.flush().await.is_ok();
+    assert!(sent, "the connection was closed before the body was sent");
+    let answer = read_response(&mut shed).await;
+    assert!(
+        answer.starts_with("http/1.1 503") && answer.contains("retry-after: 1"),
+        "shed with 503 and Retry-After: {answer:?}"
+    );
+
+    // The holder finishes; the shed connection is still open and now admitted.
+    holder.write_all(&body).await.expect("holder body");
+    holder.flush().await.expect("flush");
+    assert!(read_response(&mut holder).await.starts_with("http/1.1 200"));
+    assert_eq!(
+        exchange(&mut shed, &body).await,
+        "http/1.1 200 ok",
+        "the shed request's connection was closed"
+    );
+    let _ = stop_tx.send(true);
+}
+
+/// The head (lower-cased) of the next response on `tls`, its body read; empty when the server
+/// closed the connection first.
+async fn read_response<S>(tls: &mut S) -> String
+where
+    S: tokio::io::AsyncRead + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + length {
+                match tls.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return String::new(),
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            return head;
+        }
+        match tls.read(&mut chunk).await {
+            Ok(0) | Err(_) => return String::new(),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
 }

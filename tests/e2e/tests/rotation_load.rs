@@ -169,12 +169,20 @@ fn confine(manifest: &[Value], deployment: &str, name: &str) -> Option<Cgroup> {
 
 /// Sum of `nodewright_webhook_requests_total` a replica reports (since its last start).
 async fn served_requests(metrics: &str) -> u64 {
+    counter_sum(metrics, "nodewright_webhook_requests_total").await
+}
+
+/// Sum of the counter `name` over its labels, as a replica reports it (since its last start).
+async fn counter_sum(metrics: &str, name: &str) -> u64 {
     let text = match reqwest::get(format!("http://{metrics}/metrics")).await {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(_) => return 0,
     };
     text.lines()
-        .filter(|l| l.starts_with("nodewright_webhook_requests_total{"))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
@@ -535,6 +543,12 @@ async fn run(schedule: Schedule) {
     let served_at_end: Vec<u64> =
         futures::future::join_all(replicas.iter().map(|r| served_requests(&r.listen.metrics)))
             .await;
+    let shed_at_end: Vec<u64> = futures::future::join_all(
+        replicas
+            .iter()
+            .map(|r| counter_sum(&r.listen.metrics, "nodewright_webhook_shed_total")),
+    )
+    .await;
     let op_peak_kib = peak_rss_kib(op_pid);
     stop_watch.cancel();
     let _ = watcher.await;
@@ -646,7 +660,7 @@ async fn run(schedule: Schedule) {
          {} clients for {:.0} s through the kube-apiserver, two webhook replicas behind the Service; \
          steps seen by the test (times from the start of the load):\n{steps}\n\
          {}\n\
-         requests each replica served (its own count since its last start): before each kill {:?}, at the end {:?}\n\
+         requests each replica served (its own count since its last start): before each kill {:?}, at the end {:?}; shed (503, retried by the apiserver) at the end {:?}\n\
          memory against the chart's limits:\n  {}\n\
          failed requests: {}\n{}",
         schedule.clients,
@@ -654,6 +668,7 @@ async fn run(schedule: Schedule) {
         report::table(&rows),
         served_before_kill,
         served_at_end,
+        shed_at_end,
         memory.join("\n  "),
         failures.len(),
         failures
