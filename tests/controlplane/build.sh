@@ -7,15 +7,18 @@
 #   helm                                                              (helm.sh/helm/v4)
 #
 # Every version is pinned by the wrapper modules under go/ (go.mod + committed go.sum), so the
-# build is reproducible and needs nothing but the Go module proxy. The binaries go to a cache
-# outside the repository, keyed by those pins:
+# build is reproducible and needs nothing but the Go module proxy. Kubernetes has one module per
+# supported minor, go/kubernetes-1.<minor> (add-k8s-version.sh writes one); NODEWRIGHT_K8S_VERSION
+# picks it (1.31 ... 1.37; default the newest). The binaries go to a cache outside the repository,
+# keyed by those pins (so each minor has its own key):
 #   ${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/controlplane/<key>/bin
 # A second run finds the directory and does nothing. The last line on stdout is the bin dir.
 #
 # Usage: tests/controlplane/build.sh [--print-dir]
 #   --print-dir   only print the bin dir this checkout would use (exit 1 if it is not built)
 #
-# Environment: NODEWRIGHT_CACHE (cache root), GOTOOLCHAIN (honoured as usual), GOFLAGS (extended
+# Environment: NODEWRIGHT_K8S_VERSION (the Kubernetes minor, e.g. 1.31, or its exact pinned
+# release, e.g. 1.31.14; default the newest), NODEWRIGHT_CACHE (cache root), GOTOOLCHAIN (honoured as usual), GOFLAGS (extended
 # with -mod=readonly so a go.sum that does not match go.mod fails instead of drifting).
 set -euo pipefail
 
@@ -59,7 +62,12 @@ fi
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -mod=readonly"
 stage="$(mktemp -d "${key_dir}/.bin.XXXXXX")"
-trap 'rm -rf "${stage}"' EXIT
+# A build cache of its own, removed with the stage: the binaries are what is cached (by key), and
+# a shared GOCACHE would keep gigabytes of compiled Kubernetes packages per minor on the disk that
+# the Rust builds and test clusters of the same run need (a CI run once ran out of it).
+gocache="$(mktemp -d "${key_dir}/.gocache.XXXXXX")"
+export GOCACHE="${gocache}"
+trap 'rm -rf "${stage}" "${gocache}"' EXIT
 log="${key_dir}/build.log"
 : >"${log}"
 started=$(date +%s)
@@ -76,8 +84,9 @@ build() {
   echo "build.sh: ${out} done in $(( $(date +%s) - t0 ))s" >&2
 }
 
-k8s_ver="$(cp_module_version kubernetes k8s.io/kubernetes)"
-k8s_time="$(cp_module_time kubernetes k8s.io/kubernetes)"
+k8s_mod="$(cp_k8s_module)"
+k8s_ver="$(cp_module_version "${k8s_mod}" k8s.io/kubernetes)"
+k8s_time="$(cp_module_time "${k8s_mod}" k8s.io/kubernetes)"
 k8s_major="${k8s_ver#v}"; k8s_major="${k8s_major%%.*}"
 k8s_minor="${k8s_ver#v*.}"; k8s_minor="${k8s_minor%%.*}"
 # Without these the components report v0.0.0-master, and kwokctl (which reads --version to pick
@@ -88,7 +97,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   k8s_ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${k8s_time}"
 done
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
-  build kubernetes "${cmd}" "k8s.io/kubernetes/cmd/${cmd}" "${k8s_ldflags}"
+  build "${k8s_mod}" "${cmd}" "k8s.io/kubernetes/cmd/${cmd}" "${k8s_ldflags}"
 done
 
 build etcd etcd go.etcd.io/etcd/server/v3 ""
@@ -120,7 +129,7 @@ done
   echo "build_seconds=$(( $(date +%s) - started ))"
 } >"${stage}/VERSIONS"
 touch "${stage}/.complete"
-rm -rf "${bin_dir}"
+rm -rf "${bin_dir}" "${gocache}"
 mv "${stage}" "${bin_dir}"
 trap - EXIT
 echo "build.sh: built in $(( $(date +%s) - started ))s" >&2

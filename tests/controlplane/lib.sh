@@ -34,15 +34,61 @@ cp_cache_root() {
   echo "${NODEWRIGHT_CACHE:-${HOME}/.cache/nodewright}"
 }
 
-# cp_key: names the pinned versions, plus a digest of every go.mod/go.sum, the Go version and
-# the build revision, so a change to any pin, any transitive dependency or the toolchain lands
-# in a new directory instead of reusing stale binaries.
+# The Kubernetes minors this checkout can build: one wrapper module per minor,
+# go/kubernetes-1.<minor> (written by add-k8s-version.sh), oldest first.
+cp_k8s_minors() {
+  local d
+  for d in "${cp_here}"/go/kubernetes-1.*/; do
+    d="${d%/}"
+    echo "${d##*/kubernetes-}"
+  done | sort -V
+}
+
+# cp_k8s_minor: the minor NODEWRIGHT_K8S_VERSION asks for ("1.31", "v1.31" or the exact release
+# "1.31.14"), default the newest. Dies with the list of minors when there is no module for it.
+cp_k8s_minor() {
+  local want="${NODEWRIGHT_K8S_VERSION:-}" minors minor full
+  minors="$(cp_k8s_minors | tr '\n' ' ')"
+  if [[ -z "${want}" ]]; then
+    cp_k8s_minors | tail -n 1
+    return 0
+  fi
+  want="${want#v}"
+  [[ "${want}" =~ ^(1\.[0-9]+)(\.[0-9]+)?$ ]] \
+    || cp_die "NODEWRIGHT_K8S_VERSION='${NODEWRIGHT_K8S_VERSION}' is not a Kubernetes version; use a minor such as 1.31 (supported: ${minors% }) or unset it for the newest"
+  minor="${BASH_REMATCH[1]}"
+  [[ -f "${cp_here}/go/kubernetes-${minor}/go.mod" ]] \
+    || cp_die "NODEWRIGHT_K8S_VERSION=${NODEWRIGHT_K8S_VERSION}: no control plane module for Kubernetes ${minor} (supported: ${minors% }); add one with tests/controlplane/add-k8s-version.sh ${minor}.<patch>"
+  if [[ -n "${BASH_REMATCH[2]}" ]]; then
+    full="$(cp_module_version "kubernetes-${minor}" k8s.io/kubernetes)"
+    [[ "${full}" == "v${want}" ]] \
+      || cp_die "NODEWRIGHT_K8S_VERSION=${NODEWRIGHT_K8S_VERSION}: the pinned ${minor} release is ${full#v}; set NODEWRIGHT_K8S_VERSION=${minor}, or move the pin with tests/controlplane/add-k8s-version.sh ${want}"
+  fi
+  echo "${minor}"
+}
+
+# cp_k8s_module: the wrapper module directory (under go/) of the selected minor.
+cp_k8s_module() {
+  local minor
+  minor="$(cp_k8s_minor)" || exit 1
+  echo "kubernetes-${minor}"
+}
+
+# cp_key: names the pinned versions, plus a digest of the go.mod/go.sum of every module the build
+# uses (the selected minor's Kubernetes module, etcd, helm, kwok), the Go version and the build
+# revision, so a change to any pin, any transitive dependency or the toolchain lands in a new
+# directory instead of reusing stale binaries. Each Kubernetes minor has its own key.
 cp_key() {
-  local gover digest
+  local gover digest k8s mods=()
+  k8s="$(cp_k8s_module)" || exit 1
   gover="$(go env GOVERSION 2>/dev/null || echo nogo)"
-  digest="$( (cd "${cp_here}/go" && cat ./*/go.mod ./*/go.sum; echo "${gover} ${CP_BUILD_REVISION}") | sha256sum | cut -c1-12)"
+  # Alphabetical module order (the order of the single module directory's digest before minors
+  # had modules of their own, so the newest minor keeps its key).
+  mods=(etcd helm "${k8s}" kwok)
+  digest="$( (cd "${cp_here}/go" && for m in "${mods[@]}"; do cat "${m}/go.mod"; done \
+    && for m in "${mods[@]}"; do cat "${m}/go.sum"; done; echo "${gover} ${CP_BUILD_REVISION}") | sha256sum | cut -c1-12)"
   printf 'k8s-%s_etcd-%s_kwok-%s_helm-%s_%s_%s\n' \
-    "$(cp_module_version kubernetes k8s.io/kubernetes)" \
+    "$(cp_module_version "${k8s}" k8s.io/kubernetes)" \
     "$(cp_module_version etcd go.etcd.io/etcd/server/v3)" \
     "$(cp_module_version kwok sigs.k8s.io/kwok)" \
     "$(cp_module_version helm helm.sh/helm/v4)" \
@@ -50,7 +96,9 @@ cp_key() {
 }
 
 cp_bin_dir() {
-  echo "$(cp_cache_root)/controlplane/$(cp_key)/bin"
+  local key
+  key="$(cp_key)" || exit 1
+  echo "$(cp_cache_root)/controlplane/${key}/bin"
 }
 
 # kwokctl keeps each cluster (pki, etcd data, pids, logs) under $KWOK_WORKDIR/clusters/<name>;

@@ -21,6 +21,9 @@
 #                (tests/images/build.sh), the test images are imported into its containerd.
 #                One real node per machine: a second cluster asking for one waits for the first.
 #
+# NODEWRIGHT_K8S_VERSION picks the Kubernetes minor (1.31 ... 1.37, default the newest): every
+# component and the real node's kubelet run that release (build.sh builds it when missing).
+#
 # Stdout is shell: `eval "$(tests/controlplane/up.sh)"` sets KUBECONFIG. Progress goes to stderr.
 # Component logs: ${NODEWRIGHT_LOGS:-<cache>/logs}/<name>/ (kept after down.sh).
 set -euo pipefail
@@ -44,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --timeout) timeout="$2"; shift 2 ;;
     --no-crds) install_crds=false; shift ;;
     --real-node) real_node=true; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) cp_die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -187,6 +190,14 @@ ln -sfn "${cluster_dir}/logs" "${logs_dir}/components"
 kubeconfig="${cluster_dir}/kubeconfig.yaml"
 [[ -f "${kubeconfig}" ]] || fail "kwokctl did not write ${kubeconfig}"
 k() { kubectl --kubeconfig "${kubeconfig}" "$@"; }
+
+# The cluster runs the release that was asked for (NODEWRIGHT_K8S_VERSION), or the matrix would
+# report one minor's results under another's name.
+want_version="$(awk -F= '$1 == "kubernetes" { print $2 }' "${bin_dir}/VERSIONS")"
+server_version="$(k version -o json 2>>"${up_log}" | sed -n '/"serverVersion"/,/}/s/^ *"gitVersion": "\(v[^"]*\)".*/\1/p' || true)"
+[[ "${server_version}" == "${want_version}" ]] \
+  || fail "the kube-apiserver reports '${server_version}', not ${want_version} (the binaries in ${bin_dir})"
+echo "up.sh: kube-apiserver ${server_version}" >&2
 
 # Fake nodes. The annotation is kwok's convention (and what a kind/kwok mixed cluster selects on).
 {

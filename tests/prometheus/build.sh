@@ -58,6 +58,11 @@ if built; then echo "${bin_dir}"; exit 0; fi
 
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -mod=readonly"
+# A build cache of its own, removed when done: the binaries are what is cached (by key), as in
+# tests/controlplane/build.sh, so the run's disk goes to the Rust builds and the test clusters.
+gocache="$(mktemp -d "${key_dir}/.gocache.XXXXXX")"
+export GOCACHE="${gocache}"
+trap 'rm -rf "${gocache}"' EXIT
 log="${key_dir}/build.log"
 # Prometheus' own version stamp (v0.316.0 of the module is release 3.16.0), so `--version` and
 # the build_info metric name the release.

@@ -22,6 +22,7 @@ pub mod binaries;
 pub mod chart;
 pub mod churn;
 pub mod limits;
+pub mod ports;
 pub mod process;
 pub mod skip;
 
@@ -345,11 +346,16 @@ fn expected_logs_dir(name: &str) -> PathBuf {
     if let Some(dir) = std::env::var_os("NODEWRIGHT_LOGS") {
         return PathBuf::from(dir).join(name);
     }
-    let cache = std::env::var_os("NODEWRIGHT_CACHE")
+    cache_root().join("logs").join(name)
+}
+
+/// Mirrors `cp_cache_root` in tests/controlplane/lib.sh: where the control plane's binaries,
+/// clusters and logs live.
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("NODEWRIGHT_CACHE")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/nodewright")))
-        .unwrap_or_else(|| PathBuf::from("/tmp/nodewright-cache"));
-    cache.join("logs").join(name)
+        .unwrap_or_else(|| PathBuf::from("/tmp/nodewright-cache"))
 }
 
 /// Prints the logs directory of every live cluster when a test panics, after the panic message,

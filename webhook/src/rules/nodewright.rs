@@ -9,7 +9,7 @@ use nodewright_shared::keys::MAX_NODEWRIGHT_NAME_LEN;
 use super::cluster::ClusterView;
 use super::findings::{FieldError, Findings, child};
 use super::selector::selector_errors;
-use super::{graph, package};
+use super::{env, graph, package};
 
 /// The CRD's size bounds (`maxProperties` of `spec.packages` and of every `dependsOn`), as findings:
 /// the object can never be stored, so nothing else about it is worth checking (or defaulting). Work
@@ -142,6 +142,7 @@ pub fn check(nw: &NodeWright, cluster: &dyn ClusterView, f: &mut Findings) {
     if oversized.is_empty() {
         for (key, p) in &spec.packages {
             package::check(key, p, f);
+            env::check(key, p, cluster.env_names(), f);
         }
         graph::check(&spec.packages, f);
     } else {
