@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The NodeWright demo on a real node (tests/demo.sh --real-node): the chart installed with helm, its
 # operator and webhook running as real containers, and a package stage running for real.
-#   1. builds the control plane (cached) and the images (operator, webhook, test agent, test
-#      package, pause) from the workspace's binaries, with umoci (no daemon, no registry),
+#   1. builds the control plane (cached), the linux/amd64 release images of the operator and
+#      webhook with the release chart pinned to them (release/build.sh --images-only --arch amd64:
+#      static binaries, daemonless OCI image indexes), and the test images (test agent, test
+#      package, pause) with umoci (no daemon, no registry),
 #   2. starts a local control plane with 2 kwok nodes and one real node (kubelet + containerd,
 #      needs root) and imports the images into the real node's containerd,
-#   3. `helm install`s the chart into a namespace at Pod Security `restricted` (package pods run in
-#      the chart's privileged `nodewright-packages`): the operator elects a leader, the webhook serves 2 replicas behind
-#      its Service, the operator issues the webhook's certificate,
+#   3. `helm install`s the release chart (its images by tag and digest) into a namespace at Pod
+#      Security `restricted` (package pods run in the chart's privileged `nodewright-packages`): the
+#      operator elects a leader, the webhook serves 2 replicas behind its Service, the operator
+#      issues the webhook's certificate,
 #   4. shows a bad NodeWright denied by the in-cluster webhook,
 #   5. applies a NodeWright whose package runs on the real node through the test agent and shows
 #      the stage's real logs (`kubectl logs`) and the node state the operator recorded,
@@ -35,11 +38,17 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-say "Building the local control plane (first run: several minutes) and the images"
+say "Building the local control plane (first run: several minutes), the release images and chart, and the test images"
 bin_dir="$(tests/controlplane/build.sh | tail -n 1)"
 export PATH="${bin_dir}:${PATH}"
+# Assigned first: a failed build stops the demo here (`eval "$(...)"` alone would not).
+release_env="$(NODEWRIGHT_DIST="${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/release/demo" \
+  release/build.sh --images-only --arch amd64 | tail -n 1)"
+eval "${release_env}"
+export NODEWRIGHT_RELEASE_DIR
 eval "$(tests/images/build.sh | tail -n 1)"
 export NODEWRIGHT_IMAGES_DIR
+chart="${NODEWRIGHT_RELEASE_DIR}/$(jq -r .chart "${NODEWRIGHT_RELEASE_DIR}/release.json")"
 
 say "Starting a local control plane with 2 kwok nodes and one real node"
 eval "$(tests/controlplane/up.sh --name "${name}" --nodes 2 --real-node --no-crds)"
@@ -50,7 +59,8 @@ port="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}'
 say "helm install: the chart's operator and webhook as real containers on ${real}"
 cat >"${work}/values.yaml" <<EOF
 operator:
-  image: {repository: nodewright.test/nodewright-operator, tag: dev, pullPolicy: Never}
+  # The release chart's image (tag and digest), imported into the node rather than pulled.
+  image: {pullPolicy: Never}
   agentImage: nodewright.test/agent:dev
   pauseImage: nodewright.test/pause:dev
   packageImagePullPolicy: Never
@@ -67,7 +77,7 @@ operator:
   tolerations:
     - {key: node.kubernetes.io/unschedulable, operator: Exists, effect: NoSchedule}
 webhook:
-  image: {repository: nodewright.test/nodewright-webhook, tag: dev, pullPolicy: Never}
+  image: {pullPolicy: Never}
   nodeSelector: {kubernetes.io/hostname: ${real}}
   tolerations:
     - {key: node.kubernetes.io/unschedulable, operator: Exists, effect: NoSchedule}
@@ -82,7 +92,7 @@ EOF
 # The services' namespace at Pod Security restricted: the package pods run in their own.
 run kubectl create namespace nodewright
 run kubectl label namespace nodewright pod-security.kubernetes.io/enforce=restricted
-run helm install nw chart -n nodewright -f "${work}/values.yaml"
+run helm install nw "${chart}" -n nodewright -f "${work}/values.yaml"
 run kubectl -n nodewright rollout status deploy/nw-nodewright-operator --timeout=180s
 run kubectl -n nodewright rollout status deploy/nw-nodewright-webhook --timeout=180s
 run kubectl -n nodewright get pods -o wide

@@ -2,6 +2,7 @@
 //! given names, for the demo, for tests, and for the chart's "provided Secret" mode.
 //!
 //! Usage: nodewright-certs generate --dir DIR --name NAME [--name NAME...] [--days N]
+//!        nodewright-certs --version
 //! Writes DIR/ca.crt, DIR/ca.key, DIR/tls.crt, DIR/tls.key (keys mode 0600).
 
 use std::path::PathBuf;
@@ -10,8 +11,7 @@ use std::time::Duration;
 
 use nodewright_certs::CertificateAuthority;
 
-const USAGE: &str =
-    "usage: nodewright-certs generate --dir DIR --name NAME [--name NAME...] [--days N]";
+const USAGE: &str = "usage: nodewright-certs generate --dir DIR --name NAME [--name NAME...] [--days N]\n       nodewright-certs --version";
 
 /// Writes `text` to `path` through a new file created with its final mode (0600 for a private
 /// key, 0644 otherwise) and renamed into place. Never chmod afterwards: a key written into an
@@ -49,6 +49,10 @@ fn run(args: &[String]) -> Result<(), String> {
     let mut it = args.iter();
     match it.next().map(String::as_str) {
         Some("generate") => {}
+        Some("--version" | "-V") if args.len() == 1 => {
+            println!("nodewright-certs {}", env!("CARGO_PKG_VERSION"));
+            return Ok(());
+        }
         _ => return Err(USAGE.to_owned()),
     }
     while let Some(flag) = it.next() {

@@ -62,3 +62,22 @@ fn keys_are_created_0600_and_never_reach_a_previously_opened_file() {
     names.sort();
     assert_eq!(names, ["ca.crt", "ca.key", "linked", "tls.crt", "tls.key"]);
 }
+
+#[test]
+fn version_flag_prints_the_version() {
+    let output = Command::new(env!("CARGO_BIN_EXE_nodewright-certs"))
+        .arg("--version")
+        .output()
+        .expect("nodewright-certs runs");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("nodewright-certs {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    // Not a prefix of something else: `--version extra` is refused.
+    let output = Command::new(env!("CARGO_BIN_EXE_nodewright-certs"))
+        .args(["--version", "extra"])
+        .output()
+        .expect("nodewright-certs runs");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+}

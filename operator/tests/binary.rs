@@ -182,3 +182,27 @@ fn an_unreadable_kubeconfig_is_named() {
     assert_eq!(output.status.code(), Some(1), "{all}");
     assert!(all.contains("KUBECONFIG"), "{all}");
 }
+
+/// `--version` prints the crate version and exits 0 without reading the environment (a bad
+/// variable does not stop it); any other argument is refused with exit code 2.
+#[test]
+fn version_flag_prints_the_version_and_other_arguments_are_refused() {
+    let output = Command::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+        .arg("--version")
+        .env("JOB_STAGE_TIMEOUT", "forever")
+        .output()
+        .expect("the operator binary runs");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("nodewright-operator {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_nodewright-operator"))
+        .arg("--verbose")
+        .output()
+        .expect("the operator binary runs");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("\"--verbose\""), "{stderr}");
+    assert!(output.stdout.is_empty());
+}

@@ -5,7 +5,7 @@
 #
 #   ${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/images/<key>/
 #
-# where <key> is a sha256 over the binaries, their shared libraries, busybox and this directory.
+# where <key> is a sha256 over the binary, its shared libraries, busybox and this directory.
 # Nothing is rebuilt when the key's directory is complete already.
 #
 # stdout: exactly one line, the last: `export NODEWRIGHT_IMAGES_DIR=<dir>` (progress goes to stderr),
@@ -14,11 +14,9 @@
 # The directory holds, besides the tars, `images.json`: for every image its name, tags, tar file,
 # entrypoint, user, exposed ports and tar size (the same facts are in each image's config blob).
 #
-# Images (all linux/amd64, built from this machine's debug binaries):
-#   nodewright.test/nodewright-operator:dev  operator/Dockerfile's path, USER, EXPOSE, ENTRYPOINT;
-#   nodewright.test/nodewright-webhook:dev   webhook/Dockerfile's; both: binary + its libraries
-#                                            (ldd) + passwd/group with nonroot, no shell; run as
-#                                            65532 with a read-only root filesystem;
+# Images (all linux/amd64, built from this machine's debug binaries). The operator and webhook
+# images are not built here: the real node runs the release images (release/build.sh, imported by
+# import.sh from $NODEWRIGHT_RELEASE_DIR), so what is tested is what is released.
 #   nodewright.test/agent:dev                busybox + nodewright-test-agent (tests/agent), user 0;
 #   nodewright.test/shellscript:{1.0.0,1.1.0,2.0.0}
 #                                            a package like upstream's shellscript: every mode runs
@@ -60,13 +58,10 @@ if ldd "$BUSYBOX" >/dev/null 2>&1; then
     die "$BUSYBOX is dynamically linked; the images need a static busybox (busybox-static)"
 fi
 
-log "cargo build (debug) of the operator, the webhook and the test agent"
-(cd "$REPO" && cargo build -p nodewright-operator -p nodewright-webhook -p nodewright-test-agent \
-    --bin nodewright-operator --bin nodewright-webhook --bin nodewright-test-agent) >&2
-OPERATOR=$TARGET/debug/nodewright-operator
-WEBHOOK=$TARGET/debug/nodewright-webhook
+log "cargo build (debug) of the test agent"
+(cd "$REPO" && cargo build -p nodewright-test-agent --bin nodewright-test-agent) >&2
 AGENT=$TARGET/debug/nodewright-test-agent
-for b in "$OPERATOR" "$WEBHOOK" "$AGENT"; do [ -x "$b" ] || die "missing $b"; done
+[ -x "$AGENT" ] || die "missing $AGENT"
 
 # Shared libraries of a binary, the dynamic loader included (absolute paths as ldd resolves them).
 libs() {
@@ -75,8 +70,8 @@ libs() {
 
 key=$(
     {
-        sha256sum "$OPERATOR" "$WEBHOOK" "$AGENT" "$BUSYBOX"
-        for b in "$OPERATOR" "$WEBHOOK" "$AGENT"; do libs "$b" | xargs -r readlink -f | xargs -r sha256sum; done
+        sha256sum "$AGENT" "$BUSYBOX"
+        libs "$AGENT" | xargs -r readlink -f | xargs -r sha256sum
         (cd "$HERE" && find . -type f ! -name '*.md' | LC_ALL=C sort | xargs sha256sum)
         umoci --version
     } | sha256sum | cut -c1-16
@@ -148,29 +143,6 @@ pack() {
 mkdir -p "$WORK/out"
 PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
-# --- operator and webhook: distroless-like (binary, libraries, nonroot user, no shell) ---------
-service_image() {
-    local name=$1 bin=$2 file=$3
-    shift 3
-    local root=$WORK/$file-rootfs
-    mkdir -p "$root/etc" "$root/tmp" "$root/home/nonroot"
-    chmod 1777 "$root/tmp"
-    chown 65532:65532 "$root/home/nonroot"
-    printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
-    printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$root/etc/group"
-    printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
-    install_binary "$bin" "$root" "/usr/local/bin/$(basename "$bin")"
-    umoci_image "$WORK/$file" dev "$root" \
-        --config.entrypoint "/usr/local/bin/$(basename "$bin")" \
-        --config.user 65532:65532 --config.workingdir /home/nonroot --config.env "$PATH_ENV" "$@"
-    pack "$WORK/$file" "$file"
-    log "built $name:dev"
-}
-service_image nodewright.test/nodewright-operator "$OPERATOR" nodewright-operator \
-    --config.exposedports 8080/tcp --config.exposedports 8081/tcp
-service_image nodewright.test/nodewright-webhook "$WEBHOOK" nodewright-webhook \
-    --config.exposedports 9443/tcp --config.exposedports 9090/tcp
-
 # --- agent: busybox (chroot, sh, ...) + the test agent, as root ----------------------------------
 root=$WORK/agent-rootfs
 busybox_tree "$root"
@@ -224,8 +196,6 @@ describe() {
           exposed_ports: ((.config.ExposedPorts // {}) | keys)}' "$layout/blobs/$config"
 }
 {
-    describe nodewright.test/nodewright-operator nodewright-operator
-    describe nodewright.test/nodewright-webhook nodewright-webhook
     describe nodewright.test/agent agent
     describe nodewright.test/shellscript shellscript
     describe nodewright.test/pause pause

@@ -5,7 +5,10 @@
 #
 #   tests/images/import.sh --address /run/containerd/containerd.sock [--snapshotter overlayfs]
 #
-# The images are taken from $NODEWRIGHT_IMAGES_DIR when it is set, else build.sh is run first.
+# The images are taken from $NODEWRIGHT_IMAGES_DIR when it is set, else build.sh is run first;
+# with $NODEWRIGHT_RELEASE_DIR set (release/build.sh's dist), the operator and webhook release
+# images too: the node's platform from each image index, named as the released chart refers to them
+# (<registry>/<name>:<version>, and by digest).
 # Pods then use them with imagePullPolicy: IfNotPresent or Never.
 # stdout: one line per image reference, `imported <name>:<tag>`; progress and errors on stderr.
 set -euo pipefail
@@ -50,8 +53,34 @@ for i in $(seq 0 $((count - 1))); do
         || die "ctr images import of $DIR/$tar failed"
 done
 
+release_refs=()
+if [ -n "${NODEWRIGHT_RELEASE_DIR:-}" ]; then
+    REL=$NODEWRIGHT_RELEASE_DIR
+    [ -f "$REL/release.json" ] || die "$REL/release.json is missing (run release/build.sh)"
+    registry=$(jq -r .registry "$REL/release.json")
+    version=$(jq -r .version "$REL/release.json")
+    for name in $(jq -r '.images[].name' "$REL/release.json"); do
+        log "importing $registry/$name:$version from $REL/images/$name.oci.tar"
+        ctr_ images import --base-name "$registry/$name" --snapshotter "$SNAPSHOTTER" "$REL/images/$name.oci.tar" >&2 \
+            || die "ctr images import of $REL/images/$name.oci.tar failed"
+        # The chart pins `<name>:<version>@<index digest>`; the CRI plugin looks such a reference up
+        # by its digest alone (the tag is dropped), so the image needs a record under that name too
+        # (a pull through the CRI creates both; `ctr images import` only the tag).
+        index=$(jq -r --arg n "$name" '.images[] | select(.name == $n) | .index' "$REL/release.json")
+        [[ "$index" == sha256:* ]] || die "release.json gives no index digest for $name"
+        ctr_ images tag --force "$registry/$name:$version" "$registry/$name@$index" >&2 \
+            || die "ctr images tag $registry/$name@$index failed"
+        release_refs+=("$registry/$name:$version" "$registry/$name@$index")
+    done
+fi
+
 # Verify: every name:tag is listed, and unpacked for the snapshotter.
 listed=$(ctr_ images ls -q)
+for ref in "${release_refs[@]}"; do
+    grep -qxF "$ref" <<<"$listed" || die "$ref is not listed by ctr images ls after the import"
+    ctr_ images check "name==$ref" | grep -q complete || die "$ref is listed but not complete"
+    echo "imported $ref"
+done
 for i in $(seq 0 $((count - 1))); do
     name=$(jq -r ".[$i].name" "$DIR/images.json")
     for tag in $(jq -r ".[$i].tags[]" "$DIR/images.json"); do

@@ -280,7 +280,15 @@ fn deployments_match_the_binaries_env_ports_and_images() {
             "appVersion tag"
         );
         // Every base image is pinned by digest: a moved tag must not change what is built.
-        for from in text.lines().filter(|l| l.starts_with("FROM ")) {
+        // `scratch` is no image (an empty filesystem), so there is nothing to pin; the final
+        // stage must be it, so the released image carries no base layers at all.
+        let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+        assert_eq!(
+            froms.last().copied(),
+            Some("FROM scratch"),
+            "{dockerfile}: the final stage is FROM scratch, like the released image"
+        );
+        for from in froms.iter().filter(|l| **l != "FROM scratch") {
             let image = from.split_whitespace().nth(1).unwrap_or_default();
             let digest = image.split_once("@sha256:").map(|(_, d)| d);
             assert!(

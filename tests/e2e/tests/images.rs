@@ -1,12 +1,18 @@
-//! The daemonless test images of `tests/images/build.sh` (umoci OCI layouts, imported into a real
-//! node's containerd by `tests/images/import.sh`) are the images the Dockerfiles describe: the
-//! operator's and the webhook's image configs (index.json → manifest → config blob, digests
-//! verified) have the final stage's ENTRYPOINT, USER and EXPOSE ports of `operator/Dockerfile` and
-//! `webhook/Dockerfile`, the entrypoint binary is in the image's layers, and `images.json` (what
-//! the real-node tests read) says the same as the config blobs.
+//! The images the Dockerfiles describe are the images that are built.
 //!
-//! Uses `$NODEWRIGHT_IMAGES_DIR` when set, else runs `tests/images/build.sh` (which needs umoci,
-//! busybox-static, binutils and jq: `apt-get install umoci busybox-static binutils jq`).
+//! - The release images of `release/build.sh` (`$NODEWRIGHT_RELEASE_DIR`: an OCI layout per
+//!   service holding one image index, one manifest per platform): every platform's config has the
+//!   final stage's ENTRYPOINT, USER, WORKDIR, ENV, EXPOSE ports and LABEL keys of
+//!   `operator/Dockerfile` and `webhook/Dockerfile`, and its layer holds exactly the files the
+//!   stage's COPY instructions put there (the static binary, CA certificates, `release/rootfs`).
+//!   `tests/run-all.sh` builds them (`release/build.sh --images-only --arch amd64`); without
+//!   `NODEWRIGHT_RELEASE_DIR` these tests fail unless `NODEWRIGHT_ALLOW_SKIP` names
+//!   `release_images`.
+//! - The daemonless test images of `tests/images/build.sh` (umoci OCI layouts, imported into a real
+//!   node's containerd by `tests/images/import.sh`): the shellscript package's tags carry their own
+//!   version. Uses `$NODEWRIGHT_IMAGES_DIR` when set, else runs `tests/images/build.sh` (which
+//!   needs umoci, busybox-static, binutils and jq: `apt-get install umoci busybox-static binutils
+//!   jq`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -79,15 +85,38 @@ fn final_stage(dockerfile: &str) -> Vec<(String, String)> {
     instructions.split_off(last_from + 1)
 }
 
-/// What an image's config must say, as the Dockerfile's final stage declares it.
+/// What an image's config and layer must say, as the Dockerfile's final stage declares it.
 #[derive(Debug, PartialEq, Eq)]
 struct Declared {
     entrypoint: Vec<String>,
     user: String,
+    workdir: String,
+    env: BTreeSet<String>,
     ports: BTreeSet<String>,
+    label_keys: BTreeSet<String>,
+    /// Regular files the COPY instructions put into the image (no leading `/`); a COPY of a
+    /// directory of the repository (`release/rootfs/`) stands for every file under it.
+    files: BTreeSet<String>,
 }
 
-fn declared(dockerfile: &str) -> Declared {
+/// Every file under `dir` (a directory of the repository), relative to it.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(rel) = path.strip_prefix(dir) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
+}
+
+fn declared(dockerfile: &str, context: &Path) -> Declared {
     let stage = final_stage(dockerfile);
     let last = |op: &str| {
         stage
@@ -96,16 +125,22 @@ fn declared(dockerfile: &str) -> Declared {
             .find(|(o, _)| o == op)
             .map(|(_, a)| a.clone())
     };
+    let all = |op: &str| -> Vec<String> {
+        stage
+            .iter()
+            .filter(|(o, _)| o == op)
+            .map(|(_, a)| a.clone())
+            .collect()
+    };
     let entrypoint = last("ENTRYPOINT").expect("the final stage has an ENTRYPOINT");
     let entrypoint: Vec<String> = if entrypoint.starts_with('[') {
         serde_json::from_str(&entrypoint).expect("ENTRYPOINT's exec form is a JSON array")
     } else {
         vec!["/bin/sh".into(), "-c".into(), entrypoint]
     };
-    let ports = stage
+    let ports = all("EXPOSE")
         .iter()
-        .filter(|(op, _)| op == "EXPOSE")
-        .flat_map(|(_, a)| a.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|a| a.split_whitespace().map(str::to_string).collect::<Vec<_>>())
         .map(|p| {
             if p.contains('/') {
                 p
@@ -114,10 +149,74 @@ fn declared(dockerfile: &str) -> Declared {
             }
         })
         .collect();
+    // `ENV K=V ...` (values without spaces, as these Dockerfiles write them).
+    let env = all("ENV")
+        .iter()
+        .flat_map(|a| a.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    // `LABEL k="v" \ k2="v 2"`: the keys are what precedes each `=` at the start of a word.
+    let label_keys = all("LABEL")
+        .iter()
+        .flat_map(|a| {
+            let mut keys = Vec::new();
+            let mut quoted = false;
+            let mut word_start = true;
+            let mut key = String::new();
+            for c in a.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    c if c.is_whitespace() && !quoted => {
+                        word_start = true;
+                        key.clear();
+                    }
+                    '=' if !quoted && word_start => {
+                        keys.push(std::mem::take(&mut key));
+                        word_start = false;
+                    }
+                    c if word_start => key.push(c),
+                    _ => {}
+                }
+            }
+            keys
+        })
+        .collect();
+    let mut files = BTreeSet::new();
+    for copy in all("COPY") {
+        let words: Vec<&str> = copy.split_whitespace().collect();
+        let from_stage = words.iter().any(|w| w.starts_with("--from="));
+        let paths: Vec<&str> = words
+            .iter()
+            .copied()
+            .filter(|w| !w.starts_with("--"))
+            .collect();
+        let Some((dest, sources)) = paths.split_last() else {
+            panic!("COPY without a destination: {copy}");
+        };
+        for src in sources {
+            let local = context.join(src);
+            if !from_stage && local.is_dir() {
+                for f in files_under(&local) {
+                    files.insert(format!("{}/{f}", dest.trim_end_matches('/')));
+                }
+            } else if dest.ends_with('/') {
+                let base = Path::new(src).file_name().expect("a file name");
+                files.insert(format!("{dest}{}", base.to_string_lossy()));
+            } else {
+                files.insert((*dest).to_string());
+            }
+        }
+    }
     Declared {
         entrypoint,
         user: last("USER").unwrap_or_default(),
+        workdir: last("WORKDIR").unwrap_or_else(|| "/".into()),
+        env,
         ports,
+        label_keys,
+        files: files
+            .into_iter()
+            .map(|f| f.trim_start_matches('/').to_string())
+            .collect(),
     }
 }
 
@@ -229,21 +328,6 @@ fn image_entry(name: &str) -> Value {
         .unwrap_or_else(|| panic!("images.json has no {name}"))
 }
 
-fn config_of(entry: &Value) -> (Layout, Value, Value) {
-    let tar = images_dir().join(entry["tar"].as_str().expect("tar"));
-    let layout = Layout::open(&tar);
-    let mut manifests = layout.manifests();
-    assert_eq!(manifests.len(), 1, "{}: one manifest", tar.display());
-    let (tag, manifest) = manifests.remove(0);
-    assert_eq!(tag, "dev");
-    let config = layout.blob_json(
-        manifest["config"]["digest"]
-            .as_str()
-            .expect("config digest"),
-    );
-    (layout, manifest, config)
-}
-
 fn ports_of(config: &Value) -> BTreeSet<String> {
     config["config"]["ExposedPorts"]
         .as_object()
@@ -261,58 +345,93 @@ fn strings(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The release directory (`release/build.sh`'s dist), or None when the run skips these tests.
+fn release_dir() -> Option<PathBuf> {
+    match std::env::var_os("NODEWRIGHT_RELEASE_DIR") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => {
+            // Panics unless skipping release_images was asked for.
+            nodewright_e2e::skip::skip(
+                "release_images",
+                "NODEWRIGHT_RELEASE_DIR is not set (tests/run-all.sh builds the release images with \
+                 release/build.sh --images-only --arch amd64 and sets it)",
+            );
+            None
+        }
+    }
+}
+
 fn check_service_image(name: &str, dockerfile: &str) {
+    let Some(dist) = release_dir() else { return };
+    let release = read_json(&dist.join("release.json"));
+    let version = release["version"].as_str().expect("release.json version");
     let text = std::fs::read_to_string(repo_dir().join(dockerfile))
         .unwrap_or_else(|e| panic!("{dockerfile}: {e}"));
-    let want = declared(&text);
-    let entry = image_entry(name);
-    let (layout, manifest, config) = config_of(&entry);
-    let got = Declared {
-        entrypoint: strings(&config["config"]["Entrypoint"]),
-        user: config["config"]["User"].as_str().unwrap_or("").to_string(),
-        ports: ports_of(&config),
-    };
+    let want = declared(&text, &repo_dir());
+    let layout = Layout::open(&dist.join(format!("images/{name}.oci.tar")));
+    let mut tagged = layout.manifests();
+    assert_eq!(tagged.len(), 1, "{name}: one tagged image index");
+    let (tag, index) = tagged.remove(0);
+    assert_eq!(tag, version, "{name}: tagged with the release version");
     assert_eq!(
-        got, want,
-        "{name}'s image config disagrees with {dockerfile}'s final stage"
+        index["mediaType"], "application/vnd.oci.image.index.v1+json",
+        "{name}: a multi-platform image index"
     );
-    assert_eq!(config["os"], "linux");
-    assert_eq!(config["architecture"], "amd64");
-    assert!(
-        !matches!(got.user.as_str(), "" | "0" | "root" | "0:0"),
-        "{name} must not run as root"
-    );
-    let files = layout.files(&manifest);
-    let binary = want.entrypoint[0].trim_start_matches('/');
-    assert!(files.contains(binary), "{name}: no {binary} in its layers");
-    assert!(
-        files.iter().any(|f| f.contains("ld-linux")),
-        "{name}: the dynamic loader is missing from its layers"
-    );
-    assert!(files.contains("etc/passwd"), "{name}: no /etc/passwd");
-    assert!(
-        !files.contains("bin/sh"),
-        "{name}: a distroless-like image has no shell"
-    );
-    // images.json (read by the real-node tests) agrees with the config blob.
-    assert_eq!(strings(&entry["entrypoint"]), got.entrypoint);
-    assert_eq!(entry["user"].as_str(), Some(got.user.as_str()));
-    assert_eq!(
-        strings(&entry["exposed_ports"])
-            .into_iter()
-            .collect::<BTreeSet<_>>(),
-        got.ports
-    );
+    let platforms = index["manifests"].as_array().expect("index manifests");
+    assert!(!platforms.is_empty(), "{name}: no platform in the index");
+    for entry in platforms {
+        let arch = entry["platform"]["architecture"].as_str().expect("arch");
+        let manifest = layout.blob_json(entry["digest"].as_str().expect("digest"));
+        let config = layout.blob_json(
+            manifest["config"]["digest"]
+                .as_str()
+                .expect("config digest"),
+        );
+        let labels: BTreeSet<String> = config["config"]["Labels"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        let got = Declared {
+            entrypoint: strings(&config["config"]["Entrypoint"]),
+            user: config["config"]["User"].as_str().unwrap_or("").to_string(),
+            workdir: config["config"]["WorkingDir"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            env: strings(&config["config"]["Env"]).into_iter().collect(),
+            ports: ports_of(&config),
+            label_keys: labels,
+            files: layout
+                .files(&manifest)
+                .into_iter()
+                .filter(|f| !f.ends_with('/'))
+                .collect(),
+        };
+        assert_eq!(
+            got, want,
+            "{name} linux/{arch}: the image disagrees with {dockerfile}'s final stage"
+        );
+        assert_eq!(config["os"], "linux");
+        assert_eq!(config["architecture"], arch);
+        assert!(
+            !matches!(got.user.as_str(), "" | "0" | "root" | "0:0"),
+            "{name} must not run as root"
+        );
+        assert!(
+            !got.files.contains("bin/sh"),
+            "{name}: a distroless-like image has no shell"
+        );
+    }
 }
 
 #[test]
 fn operator_image_matches_its_dockerfile() {
-    check_service_image("nodewright.test/nodewright-operator", "operator/Dockerfile");
+    check_service_image("nodewright-operator", "operator/Dockerfile");
 }
 
 #[test]
 fn webhook_image_matches_its_dockerfile() {
-    check_service_image("nodewright.test/nodewright-webhook", "webhook/Dockerfile");
+    check_service_image("nodewright-webhook", "webhook/Dockerfile");
 }
 
 #[test]
@@ -355,22 +474,32 @@ fn shellscript_tags_carry_their_own_package_version() {
 #[test]
 fn dockerfile_final_stage_parser() {
     let text = "# syntax=docker/dockerfile:1.7\nFROM rust AS build\nUSER 0\nEXPOSE 1\n\
-                ENTRYPOINT [\"/wrong\"]\nRUN a \\\n && b\n# comment\nFROM base:nonroot\n\
-                COPY --from=build /x /usr/local/bin/x\nUSER 65532:65532\nexpose 8080 8081/udp\n\
-                EXPOSE 9090\nENTRYPOINT [\"/usr/local/bin/x\", \"--flag\"]\n";
+                ENTRYPOINT [\"/wrong\"]\nRUN a \\\n && b\n# comment\nFROM scratch\nARG V=dev\n\
+                COPY --from=build /x /usr/local/bin/x\nCOPY release/rootfs/ /\n\
+                COPY --from=build /etc/ssl/ca.crt /etc/ssl/certs/\nENV PATH=/bin\n\
+                USER 65532:65532\nexpose 8080 8081/udp\nEXPOSE 9090\n\
+                LABEL a.b=\"x y\" \\\n  c.d=\"${V}\"\nENTRYPOINT [\"/usr/local/bin/x\", \"--flag\"]\n";
+    let set = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
     assert_eq!(
-        declared(text),
+        declared(text, &repo_dir()),
         Declared {
             entrypoint: vec!["/usr/local/bin/x".into(), "--flag".into()],
             user: "65532:65532".into(),
-            ports: ["8080/tcp", "8081/udp", "9090/tcp"]
-                .into_iter()
-                .map(String::from)
-                .collect(),
+            workdir: "/".into(),
+            env: set(&["PATH=/bin"]),
+            ports: set(&["8080/tcp", "8081/udp", "9090/tcp"]),
+            label_keys: set(&["a.b", "c.d"]),
+            files: set(&[
+                "usr/local/bin/x",
+                "etc/passwd",
+                "etc/group",
+                "etc/nsswitch.conf",
+                "etc/ssl/certs/ca.crt",
+            ]),
         }
     );
     assert_eq!(
-        declared("FROM a\nENTRYPOINT exec x\n").entrypoint,
+        declared("FROM a\nENTRYPOINT exec x\n", &repo_dir()).entrypoint,
         ["/bin/sh", "-c", "exec x"]
     );
 }

@@ -4,7 +4,9 @@
 //!
 //! In order, on one cluster (there is one real node per machine, and each step builds on the last):
 //! 1. the real node runs beside the kwok nodes, and kwok leaves it to its kubelet;
-//! 2. `helm install` with the test images into a namespace at Pod Security's `restricted` level (the
+//! 2. `helm install` of the release's packaged chart with the release images (the operator and
+//!    webhook images `release/build.sh` built, linux/amd64 from each image index, pinned by tag
+//!    and digest in the chart) into a namespace at Pod Security's `restricted` level (the
 //!    package pods run in the chart's privileged package namespace): the operator pods start and
 //!    one becomes the leader; the
 //!    webhook runs as 2 replicas behind its Service and the apiserver calls it through the Service;
@@ -35,9 +37,11 @@
 //! 12. `helm upgrade` keeps admission and leadership and rotates nothing; `helm uninstall` leaves
 //!     nothing behind.
 //!
-//! Runs when `NODEWRIGHT_IMAGES_DIR` is set (tests/images/build.sh; tests/run-all.sh sets it), as
-//! root. Without it the test fails, unless `NODEWRIGHT_ALLOW_SKIP` names `real_node` (as
-//! tests/run-all.sh does when it is not root): then it says so, and the run counts the skip.
+//! Runs when `NODEWRIGHT_IMAGES_DIR` (tests/images/build.sh: the test agent, package and pause
+//! images) and `NODEWRIGHT_RELEASE_DIR` (release/build.sh: the chart and the operator and webhook
+//! images) are set (tests/run-all.sh sets both), as root. Without them the test fails, unless
+//! `NODEWRIGHT_ALLOW_SKIP` names `real_node` (as tests/run-all.sh does when it is not root): then
+//! it says so, and the run counts the skip.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -56,6 +60,36 @@ const REL: &str = "nw";
 const BOUND: Duration = Duration::from_secs(240);
 const BACKOFF_LIMIT: usize = 1;
 const PACKAGE_IMAGE: &str = "nodewright.test/shellscript";
+/// release/build.sh's dist: release.json, the packaged chart, the image layouts.
+const ENV_RELEASE_DIR: &str = "NODEWRIGHT_RELEASE_DIR";
+
+/// The release under test: release.json of `NODEWRIGHT_RELEASE_DIR`.
+fn release() -> (PathBuf, Value) {
+    let dir = PathBuf::from(std::env::var_os(ENV_RELEASE_DIR).expect("NODEWRIGHT_RELEASE_DIR"));
+    let path = dir.join("release.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let json: Value = serde_json::from_str(&text).expect("release.json");
+    (dir, json)
+}
+
+/// The release's packaged chart (appVersion, image tags and digests of the release images).
+fn release_chart() -> PathBuf {
+    let (dir, json) = release();
+    dir.join(json["chart"].as_str().expect("release.json chart"))
+}
+
+/// The reference (`registry/name:version@sha256:...`) of the release image `name`.
+fn release_image(name: &str) -> String {
+    let (_, json) = release();
+    json["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["name"] == name)
+        .and_then(|i| i["reference"].as_str())
+        .unwrap_or_else(|| panic!("release.json has no image {name}"))
+        .to_owned()
+}
 
 /// Everything the steps share.
 struct Real<'a> {
@@ -73,6 +107,11 @@ struct Real<'a> {
 
 fn enabled() -> bool {
     if std::env::var_os(ENV_IMAGES_DIR).is_some() {
+        assert!(
+            std::env::var_os(ENV_RELEASE_DIR).is_some(),
+            "{ENV_RELEASE_DIR} is not set: the real node runs the release chart and images \
+             (release/build.sh --images-only --arch amd64 prints the export; tests/run-all.sh sets it)"
+        );
         return true;
     }
     !nodewright_e2e::skip::skip(
@@ -242,7 +281,9 @@ impl Real<'_> {
         ]);
         let placement = |extra: Value| {
             let mut v = json!({
-                "image": {"tag": "dev", "pullPolicy": "Never"},
+                // The chart's own image references (the release's tags and digests), imported
+                // into the node rather than pulled.
+                "image": {"pullPolicy": "Never"},
                 "nodeSelector": {"kubernetes.io/hostname": self.node},
                 // Never drained off the only real node by the interrupt step.
                 "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
@@ -254,7 +295,7 @@ impl Real<'_> {
             }
             v
         };
-        let mut operator = placement(json!({
+        let operator = placement(json!({
             "agentImage": "nodewright.test/agent:dev",
             "pauseImage": "nodewright.test/pause:dev",
             "packageImagePullPolicy": "Never",
@@ -264,9 +305,7 @@ impl Real<'_> {
             // The outcome recorder's reasoning, for whoever reads a failed run's pod logs.
             "logLevel": "nodewright_operator::outcomes=debug,info",
         }));
-        operator["image"]["repository"] = json!("nodewright.test/nodewright-operator");
-        let mut webhook = placement(json!({"logFormat": "text"}));
-        webhook["image"]["repository"] = json!("nodewright.test/nodewright-webhook");
+        let webhook = placement(json!({"logFormat": "text"}));
         let values = json!({
             "operator": operator,
             "webhook": webhook,
@@ -312,7 +351,7 @@ impl Real<'_> {
     /// pods run with `env` (name, value), i.e. the upgrade rolled them.
     async fn upgrade_operator(&self, set: &str, env: (&str, &str)) {
         let values = self.work.path().join("values.json");
-        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../chart");
+        let chart = release_chart();
         self.cluster
             .helm(&[
                 "upgrade",
@@ -377,7 +416,7 @@ impl Real<'_> {
     /// Step 2: helm install, for real.
     async fn install(&self) {
         let values = self.values().await;
-        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../chart");
+        let chart = release_chart();
         self.cluster
             .helm(&[
                 "install",
@@ -392,6 +431,15 @@ impl Real<'_> {
             .expect("helm install");
         let operators = self.wait_ready(&self.operator, 2).await;
         let webhooks = self.wait_ready(&self.webhook, 2).await;
+        // The release images, as the packaged chart pins them (tag and index digest).
+        for (pods, image) in [
+            (&operators, release_image("nodewright-operator")),
+            (&webhooks, release_image("nodewright-webhook")),
+        ] {
+            for pod in pods {
+                assert_eq!(pod["spec"]["containers"][0]["image"], image.as_str());
+            }
+        }
         for pod in operators.iter().chain(&webhooks) {
             assert_eq!(pod["spec"]["nodeName"], self.node.as_str());
             let c = &pod["spec"]["containers"][0];
