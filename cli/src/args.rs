@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use nodewright_core::rollout::disruption::MaxDisrupted;
 
 /// Output formats (`-o`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -184,9 +185,10 @@ pub struct Global {
         long,
         global = true,
         env = "NODEWRIGHT_MAX_DISRUPTED_NODES",
-        value_name = "COUNT|PERCENT"
+        value_name = "COUNT|PERCENT",
+        value_parser = parse_max_disrupted
     )]
-    pub max_disrupted_nodes: Option<String>,
+    pub max_disrupted_nodes: Option<MaxDisrupted>,
     /// How long one API request may take, as a Go duration (`30s`, `1m`).
     #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
     pub request_timeout: String,
@@ -721,4 +723,43 @@ pub struct CompletionArgs {
     /// The shell.
     #[arg(value_enum)]
     pub shell: Shell,
+}
+
+/// `--max-disrupted-nodes` (or `NODEWRIGHT_MAX_DISRUPTED_NODES`), checked when the command line is
+/// read: a bad value is refused before any cluster is contacted, naming both ways it can be given.
+fn parse_max_disrupted(text: &str) -> Result<MaxDisrupted, String> {
+    MaxDisrupted::parse(text)
+        .map_err(|e| format!("{e} (from --max-disrupted-nodes or NODEWRIGHT_MAX_DISRUPTED_NODES)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bad cap is a usage error when the command line is read (before any cluster is asked),
+    /// naming the flag and the environment variable; a good one is parsed.
+    #[test]
+    fn the_disruption_cap_is_checked_when_the_command_line_is_read() {
+        let Err(error) = Cli::try_parse_from([
+            "kubectl-nodewright",
+            "plan",
+            "--max-disrupted-nodes",
+            "lots",
+        ]) else {
+            panic!("a cap of \"lots\" was accepted");
+        };
+        assert_eq!(error.exit_code(), 2);
+        let text = error.to_string();
+        assert!(
+            text.contains("NODEWRIGHT_MAX_DISRUPTED_NODES") && text.contains("\"lots\""),
+            "{text}"
+        );
+        let cli =
+            Cli::try_parse_from(["kubectl-nodewright", "plan", "--max-disrupted-nodes", "10%"])
+                .expect("parsed");
+        assert_eq!(
+            cli.global.max_disrupted_nodes,
+            Some(MaxDisrupted::Percent(10))
+        );
+    }
 }

@@ -16,6 +16,7 @@ use nodewright_shared::keys;
 use serde::de::DeserializeOwned;
 
 use crate::context::Ctx;
+pub use crate::context::Operator;
 use crate::error::{CliError, Result};
 
 /// Lists the objects of `api` matching `labels`; `what` names them in an error.
@@ -159,19 +160,6 @@ pub fn last_seen(event: &Event) -> Option<String> {
         })
 }
 
-/// The operator's Deployment as found in its namespace.
-#[derive(Debug, Clone)]
-pub struct Operator {
-    /// `namespace/name`.
-    pub deployment: String,
-    /// Its image.
-    pub image: Option<String>,
-    /// Its version: the `app.kubernetes.io/version` label, else the image tag.
-    pub version: Option<String>,
-    /// The operator container's environment (values and its ConfigMaps).
-    pub env: BTreeMap<String, String>,
-}
-
 /// Whether a Deployment is NodeWright's operator: the chart's labels (part-of nodewright, component
 /// operator), or, for other installations, an image naming the operator.
 fn is_operator(d: &Deployment) -> bool {
@@ -288,10 +276,7 @@ pub async fn operator_settings(ctx: &Ctx) -> Result<OperatorSettings> {
         ))
     })?;
     let max_disrupted = match &ctx.global.max_disrupted_nodes {
-        Some(given) => Some(
-            MaxDisrupted::parse(given)
-                .map_err(|e| CliError::Usage(format!("--max-disrupted-nodes: {e}")))?,
-        ),
+        Some(given) => Some(*given),
         None => env
             .get("MAX_DISRUPTED_NODES")
             .filter(|v| !v.trim().is_empty())

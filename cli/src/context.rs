@@ -13,6 +13,20 @@ use crate::error::{CliError, Result, chain};
 /// The longest wait for a TCP/TLS connection, whatever `--request-timeout` says.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The operator's Deployment as found in its namespace (by `cluster::operator`). Defined here, with
+/// the context that caches it, so the context does not depend on the cluster reads that use it.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    /// `namespace/name`.
+    pub deployment: String,
+    /// Its image.
+    pub image: Option<String>,
+    /// Its version: the `app.kubernetes.io/version` label, else the image tag.
+    pub version: Option<String>,
+    /// The operator container's environment (values and its ConfigMaps).
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
 /// A command's context.
 pub struct Ctx {
     /// The global flags.
@@ -20,7 +34,7 @@ pub struct Ctx {
     timeout: Duration,
     client: OnceCell<(kube::Client, String)>,
     /// The operator's Deployment as found (once: a preview and the Job lookups both need it).
-    pub(crate) operator: OnceCell<Option<crate::cluster::Operator>>,
+    pub(crate) operator: OnceCell<Option<Operator>>,
 }
 
 impl Ctx {

@@ -8,7 +8,8 @@
 //! - [`rollout`]: the rollout planner: selection, budget, batches, priority, the stage machine,
 //!   the pass decision and the status it writes;
 //! - [`preview`]: the command line's rollout preview, run on the same planner;
-//! - [`naming`]: the names of the objects the operator creates.
+//! - [`naming`]: the names of the objects the operator creates;
+//! - [`stored`]: the trimmed form in which the operator keeps the objects it caches.
 //!
 //! Why a crate of its own, with no kube client and no async runtime: the operator and the command
 //! line (`kubectl nodewright`) share these decisions, so the command line does not link the
@@ -22,5 +23,6 @@ pub mod naming;
 pub mod node;
 pub mod preview;
 pub mod rollout;
+pub mod stored;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

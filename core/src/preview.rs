@@ -5,7 +5,7 @@
 //! the operator's Jobs and ConfigMaps) it assembles the inputs of a rollout pass exactly as a pass
 //! does ([`crate::rollout::parts`]' `selected_nodes`, `own_jobs`, `pass_parts`, the config-update
 //! detection), runs [`pass::decide`] for the pass as it would run now (statuses and blockers), then
-//! iterates `decide` → the stage machine ([`crate::rollout::plan::plan_node`]) → [`pass::finish`] pass after pass,
+//! iterates `decide` → the stage machine ([`crate::rollout::plan::plan_node`]) → [`pass::status_after`] pass after pass,
 //! assuming every stage it starts succeeds, to tell which batch each node falls in, in which order
 //! nodes start, which stages run on each and which nodes are cordoned, drained or rebooted. A
 //! stage that timed out stays timed out (the preview never invents an outcome other than success).
@@ -485,27 +485,7 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
             && !row.complete
             && let Some(c) = compartment
         {
-            let soaking = now
-                .batch_states
-                .get(c)
-                .and_then(|b| b.as_ref())
-                .and_then(|b| b.soak_until.as_ref());
-            blockers.push(match batch {
-                _ if let Some(until) = soaking => Blocker::Soak {
-                    compartment: c.to_owned(),
-                    until: rfc3339(until.0),
-                },
-                Some(batch) => Blocker::Batch {
-                    compartment: c.to_owned(),
-                    batch,
-                },
-                None if sim.stopped.contains(c) => Blocker::Stopped {
-                    compartment: c.to_owned(),
-                },
-                None => Blocker::NotReached {
-                    compartment: c.to_owned(),
-                },
-            });
+            blockers.push(rollout_blocker(&now, &sim, c, batch));
         }
         previews.push(NodePreview {
             compartment: compartment.map(str::to_owned),
@@ -522,32 +502,7 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
             name: node_name,
         });
     }
-    let compartments = parts
-        .compartments
-        .iter()
-        .map(|c| CompartmentPreview {
-            name: c.name.clone(),
-            strategy: match c.strategy.as_ref() {
-                None => "none",
-                Some(s) => batches::strategy_name(Some(s)),
-            },
-            ceiling: c.ceiling,
-            nodes: c.nodes.len(),
-            batches: sim.batches.get(&c.name).cloned().unwrap_or_default(),
-            stopped: sim.stopped.contains(&c.name),
-            soak: c
-                .strategy
-                .as_ref()
-                .filter(|s| batches::soak(s).is_some())
-                .and_then(|s| batches::batch_parameters(s)?.soak.clone()),
-            soaking_until: now
-                .batch_states
-                .get(&c.name)
-                .and_then(|b| b.as_ref())
-                .and_then(|b| b.soak_until.as_ref())
-                .map(|t| rfc3339(t.0)),
-        })
-        .collect();
+    let compartments = compartment_previews(&parts.compartments, &now, &sim);
     Ok(Preview {
         nodewright: name,
         deployment_policy: policy_name,
@@ -570,6 +525,64 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
                 disrupted: state.disrupted,
             }),
     })
+}
+
+/// When a compartment soaks, `until`.
+fn soaking_until<'d>(now: &'d PassDecision<'_>, compartment: &str) -> Option<&'d Timestamp> {
+    now.batch_states
+        .get(compartment)
+        .and_then(|b| b.as_ref())
+        .and_then(|b| b.soak_until.as_ref())
+        .map(|t| &t.0)
+}
+
+/// Why a node of `compartment` that nothing else holds back does not work now: its compartment
+/// soaks, its batch (admitted in `batch` of the simulation) is not reached yet, or the rollout
+/// stopped before reaching it.
+fn rollout_blocker(
+    now: &PassDecision<'_>,
+    sim: &Simulation,
+    compartment: &str,
+    batch: Option<i32>,
+) -> Blocker {
+    let compartment = compartment.to_owned();
+    match batch {
+        _ if let Some(until) = soaking_until(now, &compartment) => Blocker::Soak {
+            until: rfc3339(*until),
+            compartment,
+        },
+        Some(batch) => Blocker::Batch { compartment, batch },
+        None if sim.stopped.contains(&compartment) => Blocker::Stopped { compartment },
+        None => Blocker::NotReached { compartment },
+    }
+}
+
+/// Each compartment as `plan` shows it: its strategy, ceiling, batches as simulated, and soak.
+fn compartment_previews(
+    compartments: &[Compartment],
+    now: &PassDecision<'_>,
+    sim: &Simulation,
+) -> Vec<CompartmentPreview> {
+    compartments
+        .iter()
+        .map(|c| CompartmentPreview {
+            name: c.name.clone(),
+            strategy: match c.strategy.as_ref() {
+                None => "none",
+                Some(s) => batches::strategy_name(Some(s)),
+            },
+            ceiling: c.ceiling,
+            nodes: c.nodes.len(),
+            batches: sim.batches.get(&c.name).cloned().unwrap_or_default(),
+            stopped: sim.stopped.contains(&c.name),
+            soak: c
+                .strategy
+                .as_ref()
+                .filter(|s| batches::soak(s).is_some())
+                .and_then(|s| batches::batch_parameters(s)?.soak.clone()),
+            soaking_until: soaking_until(now, &c.name).map(|t| rfc3339(*t)),
+        })
+        .collect()
 }
 
 /// A time as the preview shows it: UTC, to the second.
@@ -739,7 +752,7 @@ impl<'a> World<'a> {
                 };
                 results.insert(node_name.clone(), result);
             }
-            let next = pass::finish(&input, self.compartments, decision, results);
+            let next = pass::status_after(&input, self.compartments, decision, results);
             // Only the nodes that ran this pass change (a copy each, once).
             for n in nodes.iter_mut() {
                 if let Some(run) = ran.get(n.name_any().as_str()).and_then(|r| sim.runs.get(r)) {
@@ -1502,6 +1515,93 @@ mod tests {
         );
         // The simulation does not wait out the soaks: the batches that follow are shown.
         assert_eq!(batches(&p), [(2, names(&["n1"])), (3, names(&["n2"]))]);
+    }
+
+    /// A node whose packages finished waits at its health gate (as the operator recorded on it):
+    /// `why` names the gate, what was seen and since when, the plan lists the gates, and a node
+    /// past the gate's timeout shows it failed; without the record or the gates, no blocker.
+    #[test]
+    fn a_node_at_its_health_gate_names_the_gate_and_what_was_seen() {
+        use nodewright_shared::api::{HealthGate, NodeConditionGate};
+        let mut nw = nodewright("nw", &[("a", package(&[], None))]);
+        nw.spec.health_gates = Some(HealthGates {
+            gates: vec![HealthGate {
+                name: "gpu-healthy".into(),
+                timeout: Some("10m".into()),
+                pods_ready: None,
+                node_condition: Some(NodeConditionGate {
+                    type_: "GpuHealthy".into(),
+                    status: None,
+                }),
+                no_firing_alert: None,
+            }],
+            on_failure: None,
+        });
+        let mut done = node("n0", 0);
+        let mut state = NodeState::default();
+        state.upsert(PackageStatus {
+            name: "a".into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: String::new(),
+            stage: Stage::Config,
+            state: Some(State::Complete),
+            restarts: 0,
+        });
+        let record = |failed: bool| {
+            serde_json::json!({
+                "since": "1970-01-01T00:10:00Z", "gate": "gpu-healthy",
+                "saw": "the node has no condition GpuHealthy (True wanted)", "failed": failed,
+            })
+            .to_string()
+        };
+        done.metadata.annotations = Some(BTreeMap::from([
+            (keys::node_state_key("nw"), state.to_annotation()),
+            (keys::cordon_key("nw"), "true".to_owned()),
+            (keys::gates_key("nw"), record(false)),
+        ]));
+        let mut snap = snapshot(nw, vec![done]);
+        let p = preview(&snap).expect("preview");
+        let waiting = Blocker::HealthGate {
+            gate: Some("gpu-healthy".into()),
+            saw: Some("the node has no condition GpuHealthy (True wanted)".into()),
+            since: "1970-01-01T00:10:00Z".into(),
+            failed: false,
+        };
+        assert!(p.nodes[0].blockers.contains(&waiting), "{p:#?}");
+        assert!(
+            p.health_gates.iter().any(|l| l.contains("gpu-healthy")),
+            "{:?}",
+            p.health_gates
+        );
+
+        // Past its timeout, as recorded: the same gate, failed.
+        snap.nodes[0]
+            .annotations_mut()
+            .insert(keys::gates_key("nw"), record(true));
+        let p = preview(&snap).expect("preview");
+        assert!(
+            p.nodes[0].blockers.contains(&Blocker::HealthGate {
+                gate: Some("gpu-healthy".into()),
+                saw: Some("the node has no condition GpuHealthy (True wanted)".into()),
+                since: "1970-01-01T00:10:00Z".into(),
+                failed: true,
+            }),
+            "{p:#?}"
+        );
+
+        // Gates removed from the spec: the node is no longer held by them.
+        snap.nodewright.spec.health_gates = None;
+        snap.nodewrights = vec![snap.nodewright.clone()];
+        let p = preview(&snap).expect("preview");
+        assert!(
+            !p.nodes[0]
+                .blockers
+                .iter()
+                .any(|b| matches!(b, Blocker::HealthGate { .. })),
+            "{p:#?}"
+        );
+        assert!(p.health_gates.is_empty());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use nodewright_core::jobs::JobBuildError;
 use nodewright_core::jobs::configmaps::ConfigMapError;
 use nodewright_core::rollout::selection::SelectorError;
 
-use crate::writes::NodeWriteError;
+use crate::writes::{NodeWriteError, WriteError, WriteFailed};
 
 /// Why a reconcile failed (it is retried with back-off).
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +63,27 @@ pub enum ReconcileError {
     TermEnded,
 }
 
+impl From<WriteFailed> for ReconcileError {
+    fn from(failed: WriteFailed) -> Self {
+        match failed {
+            WriteFailed::TermEnded { .. } => ReconcileError::TermEnded,
+            WriteFailed::Api { action, source } => ReconcileError::Api { action, source },
+            WriteFailed::Json { action, source } => ReconcileError::Json {
+                what: action,
+                source,
+            },
+            WriteFailed::Node(e) => ReconcileError::Node(e),
+        }
+    }
+}
+
 impl ReconcileError {
+    /// Maps a [`WriteError`] into the reconcilers' error naming `action` (for `map_err`).
+    pub fn write(action: impl Into<String>) -> impl FnOnce(WriteError) -> ReconcileError {
+        let action = action.into();
+        move |e| e.context(action).into()
+    }
+
     /// Wraps an API error with what was being done.
     pub fn api(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
         let action = action.into();
@@ -82,5 +102,28 @@ impl ReconcileError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, ReconcileError::Node(NodeWriteError::Conflict { .. }))
             || matches!(self, ReconcileError::Api { source: kube::Error::Api(s), .. } if s.code == 409 || s.code == 422)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write refused because the term ended stays recognisable as such after naming it, so a
+    /// reconcile that lost leadership ends quietly instead of reporting an error.
+    #[test]
+    fn a_refused_write_is_a_term_end_and_a_lost_race_a_conflict() {
+        assert!(ReconcileError::write("cordoning node a")(WriteError::TermEnded).is_term_ended());
+        let conflict = kube::Error::Api(
+            kube::core::Status::failure("changed", "Conflict")
+                .with_code(409)
+                .boxed(),
+        );
+        let error = ReconcileError::write("cordoning node a")(WriteError::Api(conflict));
+        assert!(error.is_conflict() && !error.is_term_ended());
+        assert!(
+            error.to_string().starts_with("cordoning node a: "),
+            "{error}"
+        );
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod context;
 pub(crate) mod error;
 pub mod metrics;
 pub(crate) mod outcomes;
+pub mod process;
 pub(crate) mod rollout;
 pub mod run;
 pub mod runtime;

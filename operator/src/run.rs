@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, PredicateConfig, WatchStreamExt, reflector::reflector, watcher};
+use kube::runtime::{Controller, watcher};
 use nodewright_core::jobs::stored::{StoredJob, StoredPod};
 use nodewright_core::rollout::wake::concerned;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
@@ -282,10 +282,6 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     let namespace = ctx.config.jobs.namespace.clone();
     let client = ctx.client.clone();
     let owned = watcher::Config::default().labels(keys::NAME_LABEL);
-    let mut nodewrights = watcher::Config::default();
-    if let Some(selector) = &ctx.options.nodewright_selector {
-        nodewrights = nodewrights.labels(selector);
-    }
     let jobs: Api<StoredJob> = Api::namespaced(client.clone(), &namespace);
 
     // One Job watch for both controllers: it feeds the store their passes read (events reach the
@@ -299,35 +295,10 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     );
     // Stored without the per-node records of their status (never read back), and a pass is woken
     // by what it reads, not by its own status write (runtime::nodewrights).
-    let nodewright_events = reflector(
-        writers.nodewrights,
-        watcher(Api::<NodeWright>::all(client.clone()), nodewrights)
-            .default_backoff()
-            .modify(crate::runtime::nodewrights::trim),
-    )
-    .inspect_ok({
-        let ctx = ctx.clone();
-        move |event| crate::runtime::nodewrights::forget_deleted(&ctx, event)
-    })
-    .applied_objects()
-    .predicate_filter(
-        crate::runtime::nodewrights::trigger_relevant,
-        PredicateConfig::default(),
-    );
-    // Policies feed the store passes read them from, and wake the NodeWrights that name them; a
-    // deleted policy too (touched objects), so "policy missing" shows at once. (A deletion missed
-    // while the watch was down is only seen at the NodeWright's next resync: a relist emits no
-    // deletes.)
-    let policy_events = reflector(
-        writers.policies,
-        watcher(
-            Api::<DeploymentPolicy>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(|p| p.metadata.managed_fields = None),
-    )
-    .touched_objects();
+    let nodewright_events =
+        crate::runtime::nodewrights::nodewright_feed(ctx.clone(), writers.nodewrights);
+    // Policies wake the NodeWrights that name them (runtime::policies).
+    let policy_events = crate::runtime::policies::policy_feed(client.clone(), writers.policies);
     let nodewright_store = ctx.nodewrights.clone();
     // Cordon claims of NodeWrights that are gone, released as nodes change (and once a minute).
     let leftover_cordons =

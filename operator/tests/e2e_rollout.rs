@@ -627,7 +627,7 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
         .get(&first)
         .await
         .expect("the disrupted attempt is kept by the Job");
-    assert!(nodewright_core::jobs::outcome::is_disrupted(
+    assert!(nodewright_core::jobs::classify::is_disrupted(
         &nodewright_core::jobs::stored::StoredPod::of(&disrupted)
     ));
     assert_record(

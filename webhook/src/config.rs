@@ -73,9 +73,8 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_MAX_IN_FLIGHT_BYTES", default_value = "")]
     pub max_in_flight_bytes: String,
 
-    /// Time allowed for the TLS handshake, for a request's head (a new connection's first one
-    /// from the handshake, a later one from its first byte) and for answering it (Go duration).
-    /// An idle keep-alive connection may wait longer for its next request
+    /// Time allowed for the TLS handshake, for a request's head (from its first byte) and for
+    /// answering it (Go duration). A connection may wait longer for its first or next request
     /// (`server::KEEP_ALIVE_IDLE`).
     #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT", default_value = "10s")]
     pub request_timeout: String,
@@ -242,217 +241,66 @@ impl Args {
         self.validate_with(OperatorDefaults::from_env())
     }
 
-    /// As [`Args::validate`], with the defaults given (for tests).
+    /// As [`Args::validate`], with the defaults given (for tests). Every problem is collected, in
+    /// flag order, before any is reported.
     pub fn validate_with(
         self,
         defaults: Result<OperatorDefaults, DefaultsError>,
     ) -> Result<Config, ConfigError> {
-        let mut problems = Vec::new();
-        let mut addr = |flag: &str, env: &str, value: &str| match value.parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(_) => {
-                problems.push(format!(
-                    "--{flag} ({env})={value:?} is not a socket address: use HOST:PORT, e.g. 0.0.0.0:9443"
-                ));
-                None
-            }
-        };
-        let listen = addr("listen", "WEBHOOK_LISTEN", &self.listen);
-        let metrics_listen = addr(
+        let mut p = Problems::default();
+        let listen = p.addr("listen", "WEBHOOK_LISTEN", &self.listen);
+        let metrics_listen = p.addr(
             "metrics-listen",
             "WEBHOOK_METRICS_LISTEN",
             &self.metrics_listen,
         );
-
-        let cert_source = match (&self.tls_cert_file, &self.tls_key_file, &self.tls_secret) {
-            (Some(cert), Some(key), None) => Some(CertSource::Files {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            (None, None, Some(secret)) => match secret.split_once('/') {
-                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                    Some(CertSource::Secret {
-                        namespace: ns.to_owned(),
-                        name: name.to_owned(),
-                    })
-                }
-                _ => {
-                    problems.push(format!(
-                        "--tls-secret (WEBHOOK_TLS_SECRET)={secret:?} must be NAMESPACE/NAME, e.g. nodewright/webhook-tls"
-                    ));
-                    None
-                }
-            },
-            (None, None, None) => {
-                problems.push(
-                    "no certificate source: set --tls-cert-file (WEBHOOK_TLS_CERT_FILE) and --tls-key-file (WEBHOOK_TLS_KEY_FILE), or --tls-secret (WEBHOOK_TLS_SECRET) NAMESPACE/NAME"
-                        .to_owned(),
-                );
-                None
-            }
-            (Some(_), None, None) | (None, Some(_), None) => {
-                problems.push(
-                    "--tls-cert-file (WEBHOOK_TLS_CERT_FILE) and --tls-key-file (WEBHOOK_TLS_KEY_FILE) must be given together"
-                        .to_owned(),
-                );
-                None
-            }
-            _ => {
-                problems.push(
-                    "use either certificate files (--tls-cert-file/WEBHOOK_TLS_CERT_FILE and --tls-key-file/WEBHOOK_TLS_KEY_FILE) or --tls-secret (WEBHOOK_TLS_SECRET), not both"
-                        .to_owned(),
-                );
-                None
-            }
-        };
-
-        let mut duration =
-            |flag: &str, env: &str, value: &str, min: Duration| match GoDuration::parse(value)
-                .ok()
-                .and_then(GoDuration::to_std)
-            {
-                Some(d) if d >= min => Some(d),
-                _ => {
-                    problems.push(format!(
-                        "--{flag} ({env})={value:?} must be a Go duration of at least {}",
-                        GoDuration::from_nanos(min.as_nanos() as i64)
-                    ));
-                    None
-                }
-            };
-        let tls_reload_interval = duration(
+        let cert_source = self.cert_source(&mut p);
+        let tls_reload_interval = p.duration(
             "tls-reload-interval",
             "WEBHOOK_TLS_RELOAD_INTERVAL",
             &self.tls_reload_interval,
             Duration::from_millis(100),
         );
-        let request_timeout = duration(
+        let request_timeout = p.duration(
             "request-timeout",
             "WEBHOOK_REQUEST_TIMEOUT",
             &self.request_timeout,
             Duration::from_millis(100),
         );
-        let shutdown_grace = duration(
+        let shutdown_grace = p.duration(
             "shutdown-grace",
             "WEBHOOK_SHUTDOWN_GRACE",
             &self.shutdown_grace,
             Duration::ZERO,
         );
-        let shutdown_delay = duration(
+        let shutdown_delay = p.duration(
             "shutdown-delay",
             "WEBHOOK_SHUTDOWN_DELAY",
             &self.shutdown_delay,
             Duration::ZERO,
         );
 
-        let max_body_bytes = match self.max_body_bytes.trim().parse::<usize>() {
-            Ok(n) if (MIN_BODY_BYTES..=MAX_BODY_BYTES).contains(&n) => Some(n),
-            _ => {
-                problems.push(format!(
-                    "--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={:?} must be a whole number of bytes from {MIN_BODY_BYTES} (objects can be large) to {MAX_BODY_BYTES} (the apiserver sends at most 3 MiB per object), e.g. 8388608 (default)",
-                    self.max_body_bytes
-                ));
-                None
-            }
-        };
-        let mut count = |flag: &str,
-                         env: &str,
-                         value: &str,
-                         range: std::ops::RangeInclusive<usize>,
-                         default: usize| {
-            match value.trim().parse::<usize>() {
-                Ok(n) if range.contains(&n) => n,
-                _ => {
-                    problems.push(format!(
-                        "--{flag} ({env})={value:?} must be a whole number from {} to {} (default {default})",
-                        range.start(),
-                        range.end()
-                    ));
-                    default
-                }
-            }
-        };
-        let max_connections = count(
-            "max-connections",
-            "WEBHOOK_MAX_CONNECTIONS",
-            &self.max_connections,
-            1..=65_536,
-            crate::server::DEFAULT_MAX_CONNECTIONS,
-        );
-        let max_in_flight = count(
-            "max-in-flight",
-            "WEBHOOK_MAX_IN_FLIGHT",
-            &self.max_in_flight,
-            1..=65_536,
-            crate::routes::DEFAULT_MAX_IN_FLIGHT,
-        );
-        let max_in_flight_bytes = if self.max_in_flight_bytes.trim().is_empty() {
-            crate::routes::DEFAULT_MAX_IN_FLIGHT_BYTES.max(max_body_bytes.unwrap_or(0))
-        } else {
-            count(
-                "max-in-flight-bytes",
-                "WEBHOOK_MAX_IN_FLIGHT_BYTES",
-                &self.max_in_flight_bytes,
-                MIN_BODY_BYTES..=1 << 30,
-                crate::routes::DEFAULT_MAX_IN_FLIGHT_BYTES,
-            )
-        };
-        if let Some(body) = max_body_bytes
-            && max_in_flight_bytes < body
-        {
-            problems.push(format!(
-                "--max-in-flight-bytes (WEBHOOK_MAX_IN_FLIGHT_BYTES)={max_in_flight_bytes} is below --max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={body}: a body at the limit would always be refused; raise it to at least {body}"
-            ));
-        }
-        let mut boolean = |flag: &str, env: &str, value: &str| match parse_bool(value) {
-            Some(b) => Some(b),
-            None => {
-                problems.push(format!(
-                    "--{flag} ({env})={:?} must be true or false (also 1/0, t/f, TRUE/FALSE; default false)",
-                    value.trim()
-                ));
-                None
-            }
-        };
-        let metrics_auth = boolean("metrics-auth", "WEBHOOK_METRICS_AUTH", &self.metrics_auth);
-        let allow_control_plane_nodes = boolean(
+        let (max_body_bytes, max_connections, max_in_flight, max_in_flight_bytes) =
+            self.load_limits(&mut p);
+        let metrics_auth = p.boolean("metrics-auth", "WEBHOOK_METRICS_AUTH", &self.metrics_auth);
+        let allow_control_plane_nodes = p.boolean(
             "allow-control-plane-nodes",
             "WEBHOOK_ALLOW_CONTROL_PLANE_NODES",
             &self.allow_control_plane_nodes,
         );
-        let allowed_images = list(&self.allowed_images);
-        for pattern in &allowed_images {
-            if let Err(e) = nodewright_shared::glob::check(pattern) {
-                problems.push(format!(
-                    "--allowed-images (WEBHOOK_ALLOWED_IMAGES) pattern {pattern:?} is malformed ({e}): write image-reference globs such as ghcr.io/acme/* ('*' and '?' within one path component, [a-z] classes), separated by commas"
-                ));
-            }
-            if pattern.chars().any(char::is_whitespace) {
-                problems.push(format!(
-                    "--allowed-images (WEBHOOK_ALLOWED_IMAGES) pattern {pattern:?} contains whitespace: image references have none"
-                ));
-            }
-        }
-        let protected_secrets = list(&self.protected_secrets);
-        for name in &protected_secrets {
-            if !is_dns_subdomain(name) {
-                problems.push(format!(
-                    "--protected-secrets (WEBHOOK_PROTECTED_SECRETS) name {name:?} is not a Secret name: use lowercase letters, digits, '-' and '.', separated by commas"
-                ));
-            }
-        }
+        let (allowed_images, protected_secrets) = self.restriction_lists(&mut p);
         let log_format = match self.log_format.as_str() {
             "json" => Some(LogFormat::Json),
             "text" => Some(LogFormat::Text),
             other => {
-                problems.push(format!(
+                p.0.push(format!(
                     "--log-format (LOG_FORMAT)={other:?} must be json or text"
                 ));
                 None
             }
         };
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
-            problems.push(format!(
+            p.0.push(format!(
                 "--log-level (LOG_LEVEL)={:?} is not a log filter ({e}): use e.g. info, debug or nodewright_webhook=debug",
                 self.log_level
             ));
@@ -460,7 +308,7 @@ impl Args {
         let defaults = match defaults {
             Ok(d) => Some(d),
             Err(e) => {
-                problems.extend(e.problems.iter().map(ToString::to_string));
+                p.0.extend(e.problems.iter().map(ToString::to_string));
                 None
             }
         };
@@ -492,7 +340,7 @@ impl Args {
                 Some(max_body_bytes),
                 Some(metrics_auth),
                 Some(allow_control_plane_nodes),
-            ) if problems.is_empty() => Ok(Config {
+            ) if p.0.is_empty() => Ok(Config {
                 listen,
                 metrics_listen,
                 metrics_auth,
@@ -514,7 +362,204 @@ impl Args {
                     protected_secrets,
                 },
             }),
-            _ => Err(ConfigError { problems }),
+            _ => Err(ConfigError { problems: p.0 }),
+        }
+    }
+}
+
+impl Args {
+    /// Where the serving certificate comes from: files or a Secret, exactly one of them.
+    fn cert_source(&self, p: &mut Problems) -> Option<CertSource> {
+        match (&self.tls_cert_file, &self.tls_key_file, &self.tls_secret) {
+            (Some(cert), Some(key), None) => Some(CertSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None, Some(secret)) => match secret.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    Some(CertSource::Secret {
+                        namespace: ns.to_owned(),
+                        name: name.to_owned(),
+                    })
+                }
+                _ => {
+                    p.0.push(format!(
+                        "--tls-secret (WEBHOOK_TLS_SECRET)={secret:?} must be NAMESPACE/NAME, e.g. nodewright/webhook-tls"
+                    ));
+                    None
+                }
+            },
+            (None, None, None) => {
+                p.0.push(
+                    "no certificate source: set --tls-cert-file (WEBHOOK_TLS_CERT_FILE) and --tls-key-file (WEBHOOK_TLS_KEY_FILE), or --tls-secret (WEBHOOK_TLS_SECRET) NAMESPACE/NAME"
+                        .to_owned(),
+                );
+                None
+            }
+            (Some(_), None, None) | (None, Some(_), None) => {
+                p.0.push(
+                    "--tls-cert-file (WEBHOOK_TLS_CERT_FILE) and --tls-key-file (WEBHOOK_TLS_KEY_FILE) must be given together"
+                        .to_owned(),
+                );
+                None
+            }
+            _ => {
+                p.0.push(
+                    "use either certificate files (--tls-cert-file/WEBHOOK_TLS_CERT_FILE and --tls-key-file/WEBHOOK_TLS_KEY_FILE) or --tls-secret (WEBHOOK_TLS_SECRET), not both"
+                        .to_owned(),
+                );
+                None
+            }
+        }
+    }
+
+    /// `max_body_bytes` (`None` when bad), `max_connections`, `max_in_flight` and
+    /// `max_in_flight_bytes` (their defaults when bad), and that a body at the limit fits in flight.
+    fn load_limits(&self, p: &mut Problems) -> (Option<usize>, usize, usize, usize) {
+        let max_body_bytes = match self.max_body_bytes.trim().parse::<usize>() {
+            Ok(n) if (MIN_BODY_BYTES..=MAX_BODY_BYTES).contains(&n) => Some(n),
+            _ => {
+                p.0.push(format!(
+                    "--max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={:?} must be a whole number of bytes from {MIN_BODY_BYTES} (objects can be large) to {MAX_BODY_BYTES} (the apiserver sends at most 3 MiB per object), e.g. 8388608 (default)",
+                    self.max_body_bytes
+                ));
+                None
+            }
+        };
+        let max_connections = p.count(
+            "max-connections",
+            "WEBHOOK_MAX_CONNECTIONS",
+            &self.max_connections,
+            1..=65_536,
+            crate::server::DEFAULT_MAX_CONNECTIONS,
+        );
+        let max_in_flight = p.count(
+            "max-in-flight",
+            "WEBHOOK_MAX_IN_FLIGHT",
+            &self.max_in_flight,
+            1..=65_536,
+            crate::routes::DEFAULT_MAX_IN_FLIGHT,
+        );
+        let max_in_flight_bytes = if self.max_in_flight_bytes.trim().is_empty() {
+            crate::routes::DEFAULT_MAX_IN_FLIGHT_BYTES.max(max_body_bytes.unwrap_or(0))
+        } else {
+            p.count(
+                "max-in-flight-bytes",
+                "WEBHOOK_MAX_IN_FLIGHT_BYTES",
+                &self.max_in_flight_bytes,
+                MIN_BODY_BYTES..=1 << 30,
+                crate::routes::DEFAULT_MAX_IN_FLIGHT_BYTES,
+            )
+        };
+        if let Some(body) = max_body_bytes
+            && max_in_flight_bytes < body
+        {
+            p.0.push(format!(
+                "--max-in-flight-bytes (WEBHOOK_MAX_IN_FLIGHT_BYTES)={max_in_flight_bytes} is below --max-body-bytes (WEBHOOK_MAX_BODY_BYTES)={body}: a body at the limit would always be refused; raise it to at least {body}"
+            ));
+        }
+        (
+            max_body_bytes,
+            max_connections,
+            max_in_flight,
+            max_in_flight_bytes,
+        )
+    }
+
+    /// The admission restrictions' lists: image globs that must parse and hold no whitespace, and
+    /// Secret names.
+    fn restriction_lists(&self, p: &mut Problems) -> (Vec<String>, Vec<String>) {
+        let allowed_images = list(&self.allowed_images);
+        for pattern in &allowed_images {
+            if let Err(e) = nodewright_shared::glob::check(pattern) {
+                p.0.push(format!(
+                    "--allowed-images (WEBHOOK_ALLOWED_IMAGES) pattern {pattern:?} is malformed ({e}): write image-reference globs such as ghcr.io/acme/* ('*' and '?' within one path component, [a-z] classes), separated by commas"
+                ));
+            }
+            if pattern.chars().any(char::is_whitespace) {
+                p.0.push(format!(
+                    "--allowed-images (WEBHOOK_ALLOWED_IMAGES) pattern {pattern:?} contains whitespace: image references have none"
+                ));
+            }
+        }
+        let protected_secrets = list(&self.protected_secrets);
+        for name in &protected_secrets {
+            if !is_dns_subdomain(name) {
+                p.0.push(format!(
+                    "--protected-secrets (WEBHOOK_PROTECTED_SECRETS) name {name:?} is not a Secret name: use lowercase letters, digits, '-' and '.', separated by commas"
+                ));
+            }
+        }
+        (allowed_images, protected_secrets)
+    }
+}
+
+/// The problems found so far, in flag order; each reader records one and returns `None` (or the
+/// default) on a bad value, so every bad flag is reported at once.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    /// A socket address (`HOST:PORT`).
+    fn addr(&mut self, flag: &str, env: &str, value: &str) -> Option<SocketAddr> {
+        match value.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.0.push(format!(
+                    "--{flag} ({env})={value:?} is not a socket address: use HOST:PORT, e.g. 0.0.0.0:9443"
+                ));
+                None
+            }
+        }
+    }
+
+    /// A Go duration of at least `min`.
+    fn duration(&mut self, flag: &str, env: &str, value: &str, min: Duration) -> Option<Duration> {
+        match GoDuration::parse(value).ok().and_then(GoDuration::to_std) {
+            Some(d) if d >= min => Some(d),
+            _ => {
+                self.0.push(format!(
+                    "--{flag} ({env})={value:?} must be a Go duration of at least {}",
+                    GoDuration::from_nanos(min.as_nanos() as i64)
+                ));
+                None
+            }
+        }
+    }
+
+    /// A whole number in `range`; `default` (and a problem) when it is not.
+    fn count(
+        &mut self,
+        flag: &str,
+        env: &str,
+        value: &str,
+        range: std::ops::RangeInclusive<usize>,
+        default: usize,
+    ) -> usize {
+        match value.trim().parse::<usize>() {
+            Ok(n) if range.contains(&n) => n,
+            _ => {
+                self.0.push(format!(
+                        "--{flag} ({env})={value:?} must be a whole number from {} to {} (default {default})",
+                        range.start(),
+                        range.end()
+                    ));
+                default
+            }
+        }
+    }
+
+    /// A boolean as Go's `strconv.ParseBool` reads it.
+    fn boolean(&mut self, flag: &str, env: &str, value: &str) -> Option<bool> {
+        match parse_bool(value) {
+            Some(b) => Some(b),
+            None => {
+                self.0.push(format!(
+                    "--{flag} ({env})={:?} must be true or false (also 1/0, t/f, TRUE/FALSE; default false)",
+                    value.trim()
+                ));
+                None
+            }
         }
     }
 }

@@ -183,7 +183,8 @@ fn containers(pod: &Pod, package: &str, stage: Option<Stage>) -> Vec<ContainerSt
         .collect()
 }
 
-/// Runs `package logs`.
+/// Runs `package logs`: the package's pods and Jobs chosen by the arguments, a log per retained
+/// container ([`pod_entries`]), then the snapshot of each Job none of whose pods gave one.
 pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
     if args.follow && matches!(ctx.format(), Format::Json | Format::Yaml) {
         return Err(CliError::Usage(
@@ -197,13 +198,12 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
     }
     let nw = cluster::nodewright_opt(ctx, name).await?;
     let stage = args.stage.map(StageArg::stage);
+    let wanted =
+        |a: &PackageAnnotation| a.name == args.package && stage.is_none_or(|s| s == a.stage);
     let mut pods: Vec<Pod> = cluster::pods(ctx, name)
         .await?
         .into_iter()
-        .filter(|p| {
-            pod_package(p)
-                .is_some_and(|a| a.name == args.package && stage.is_none_or(|s| s == a.stage))
-        })
+        .filter(|p| pod_package(p).is_some_and(|a| wanted(&a)))
         .filter(|p| {
             p.spec
                 .as_ref()
@@ -221,10 +221,7 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
             let stored = StoredJob::of(&j);
             (j, stored)
         })
-        .filter(|(_, j)| {
-            package_of(j)
-                .is_some_and(|a| a.name == args.package && stage.is_none_or(|s| s == a.stage))
-        })
+        .filter(|(_, j)| package_of(j).is_some_and(|a| wanted(&a)))
         .filter(|(_, j)| node_of(j).is_some_and(|n| patterns.matches(n)))
         .collect();
     if nw.is_none() && pods.is_empty() && jobs.is_empty() {
@@ -240,12 +237,38 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
 
     let package_namespace = cluster::package_namespace(ctx).await?;
     let api: Api<Pod> = Api::namespaced(ctx.client().await?.clone(), &package_namespace);
+    let (mut entries, logged_jobs) = pod_entries(ctx, &api, args, stage, &pods).await;
+    entries.extend(snapshot_entries(&jobs, &logged_jobs));
+    if entries.is_empty() && (!args.follow || pods.is_empty()) {
+        return Err(CliError::NotFound(format!(
+            "no logs of package {} of NodeWright {name}{}{}: no stage pod or Job of it remains in \
+             namespace {} (succeeded Jobs and their pods are deleted after JOB_TTL_SUCCEEDED)",
+            args.package,
+            args.node
+                .as_deref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default(),
+            stage.map(|s| format!(" at stage {s}")).unwrap_or_default(),
+            package_namespace
+        )));
+    }
+    print(ctx.format(), &Logs(entries))
+}
+
+/// A log entry per container of `pods` to show (a followed container is streamed instead), and the
+/// Jobs whose pods gave a log (their snapshot is not needed).
+async fn pod_entries(
+    ctx: &Ctx,
+    api: &Api<Pod>,
+    args: &PackageLogsArgs,
+    stage: Option<Stage>,
+    pods: &[Pod],
+) -> (Vec<LogEntry>, BTreeSet<String>) {
     let tail = (args.tail >= 0).then_some(args.tail);
     let text = matches!(ctx.format(), Format::Table | Format::Wide);
     let mut entries = Vec::new();
-    // Jobs whose retained pods gave a log: their snapshot is not needed.
     let mut logged_jobs: BTreeSet<String> = BTreeSet::new();
-    for pod in &pods {
+    for pod in pods {
         let annotation = pod_package(pod);
         let pod_name = pod.name_any();
         for c in containers(pod, &args.package, stage) {
@@ -273,7 +296,7 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
             );
             if args.follow && pod_running && text {
                 println!("{}", entry.header());
-                match follow(&api, &pod_name, params).await {
+                match follow(api, &pod_name, params).await {
                     Ok(()) => {
                         if let Some(j) = &entry.job {
                             logged_jobs.insert(j.clone());
@@ -300,15 +323,18 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
             entries.push(entry);
         }
     }
-    for (job, stored) in &jobs {
-        let job_name = job.name_any();
-        if logged_jobs.contains(&job_name) {
-            continue;
-        }
-        if let Some(snapshot) = job.annotations().get(keys::LAST_LOGS_ANNOTATION) {
-            entries.push(LogEntry {
+    (entries, logged_jobs)
+}
+
+/// The `last-logs` snapshot of each of `jobs` not in `logged_jobs` that has one.
+fn snapshot_entries(jobs: &[(Job, StoredJob)], logged_jobs: &BTreeSet<String>) -> Vec<LogEntry> {
+    jobs.iter()
+        .filter(|(job, _)| !logged_jobs.contains(&job.name_any()))
+        .filter_map(|(job, stored)| {
+            let snapshot = job.annotations().get(keys::LAST_LOGS_ANNOTATION)?;
+            Some(LogEntry {
                 source: "last-logs",
-                job: Some(job_name),
+                job: Some(job.name_any()),
                 pod: None,
                 container: None,
                 state: None,
@@ -316,23 +342,9 @@ pub async fn run(ctx: &Ctx, args: &PackageLogsArgs) -> Result<()> {
                 stage: package_of(stored).map(|a| a.stage),
                 log: Some(snapshot.clone()),
                 error: None,
-            });
-        }
-    }
-    if entries.is_empty() && (!args.follow || pods.is_empty()) {
-        return Err(CliError::NotFound(format!(
-            "no logs of package {} of NodeWright {name}{}{}: no stage pod or Job of it remains in \
-             namespace {} (succeeded Jobs and their pods are deleted after JOB_TTL_SUCCEEDED)",
-            args.package,
-            args.node
-                .as_deref()
-                .map(|n| format!(" on {n}"))
-                .unwrap_or_default(),
-            stage.map(|s| format!(" at stage {s}")).unwrap_or_default(),
-            package_namespace
-        )));
-    }
-    print(ctx.format(), &Logs(entries))
+            })
+        })
+        .collect()
 }
 
 /// Streams a running container's log to stdout until it ends.

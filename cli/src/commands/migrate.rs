@@ -9,7 +9,7 @@
 //! the first write; a problem anywhere writes nothing. Upstream objects and keys stay (a rollback
 //! to upstream keeps working); keys already present under `nodewright.nvidia.com/` are kept.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -386,9 +386,45 @@ fn node_edit(
 }
 
 /// Runs `migrate-from-skyhook`.
+/// Migrates: what to migrate ([`upstream_objects`]), everything converted and checked
+/// ([`Migration::plan`]) before the first write, then the writes in order ([`Migration::write`]).
 pub async fn run(ctx: &Ctx, args: &MigrateArgs) -> Result<()> {
     let upstream_taint = RuntimeTaint::parse(&args.skyhook_runtime_taint)
         .map_err(|e| CliError::Usage(format!("--skyhook-runtime-taint: {e}")))?;
+    let up = upstream_objects(ctx, args).await?;
+    let mut writer = Writer::new(ctx);
+    let migration = Migration::plan(ctx, &up, &upstream_taint, &mut writer).await?;
+    if migration.is_empty() {
+        writer.note("everything is migrated already: nothing to change");
+        return writer.print(ctx.format());
+    }
+    if !ctx.dry_run() {
+        confirm(
+            args.confirm.yes,
+            "migrate from Skyhook",
+            &format!(
+                "Create {} NodeWright(s) and {} DeploymentPolicy(ies), and copy the Skyhook records of {} node(s)?",
+                migration.nodewrights.len(),
+                migration.policies.len(),
+                migration.node_edits.len()
+            ),
+        )?;
+    }
+    migration.write(ctx, &mut writer).await?;
+    writer.print(ctx.format())
+}
+
+fn name_of(v: &Value) -> String {
+    v.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The upstream objects to migrate: from the files, else from the cluster; only the Skyhooks
+/// named (and the policies they use) when some are. Nothing found, or a named Skyhook missing, is
+/// an error (nothing was written).
+async fn upstream_objects(ctx: &Ctx, args: &MigrateArgs) -> Result<Upstream> {
     let mut up = if args.files.is_empty() {
         Upstream {
             skyhooks: list_upstream(ctx, "Skyhook", "skyhooks").await?,
@@ -396,12 +432,6 @@ pub async fn run(ctx: &Ctx, args: &MigrateArgs) -> Result<()> {
         }
     } else {
         read_files(&args.files)?
-    };
-    let name_of = |v: &Value| {
-        v.pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
     };
     if !args.skyhooks.is_empty() {
         let found: BTreeSet<String> = up.skyhooks.iter().map(name_of).collect();
@@ -440,133 +470,148 @@ pub async fn run(ctx: &Ctx, args: &MigrateArgs) -> Result<()> {
             }
         )));
     }
+    Ok(up)
+}
 
-    // Convert and check everything before the first write.
-    let mut writer = Writer::new(ctx);
-    let mut notes = Vec::new();
-    let mut converted = Vec::new();
-    for s in &up.skyhooks {
-        let c = convert_skyhook(s)?;
-        notes.extend(c.notes.iter().cloned());
-        converted.push(c);
-    }
-    let policies: Vec<DeploymentPolicy> = up
-        .policies
-        .iter()
-        .map(convert_policy)
-        .collect::<Result<_>>()?;
-    let existing_nw: BTreeSet<String> = cluster::nodewrights(ctx)
-        .await?
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
-    let existing_dp: BTreeSet<String> = cluster::policies(ctx)
-        .await?
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
-    let our_taint = cluster::operator_settings(ctx).await?.runtime_taint;
-    let names: Vec<String> = converted.iter().map(|c| c.nodewright.name_any()).collect();
-    let nodes = cluster::nodes(ctx).await?;
-    let mut node_edits = Vec::new();
-    for node in &nodes {
-        if let Some((edit, what)) =
-            node_edit(node, &names, &upstream_taint, &our_taint, &mut notes)?
-        {
-            node_edits.push((node.name_any(), edit, what));
+/// Everything a migration writes, converted and checked: the policies and NodeWrights that do not
+/// exist yet, and the node records to copy (node name, edit, what it copies).
+struct Migration {
+    policies: Vec<DeploymentPolicy>,
+    nodewrights: Vec<Converted>,
+    node_edits: Vec<(String, NodeEdit, Vec<String>)>,
+}
+
+impl Migration {
+    /// Converts `up` and reads what the cluster has; the conversion's notes and what is kept as it
+    /// is go to `writer`'s report.
+    async fn plan(
+        ctx: &Ctx,
+        up: &Upstream,
+        upstream_taint: &RuntimeTaint,
+        writer: &mut Writer<'_>,
+    ) -> Result<Migration> {
+        let mut notes = Vec::new();
+        let mut converted = Vec::new();
+        for s in &up.skyhooks {
+            let c = convert_skyhook(s)?;
+            notes.extend(c.notes.iter().cloned());
+            converted.push(c);
         }
-    }
-    for n in notes {
-        writer.note(n);
-    }
-    let new_policies: Vec<&DeploymentPolicy> = policies
-        .iter()
-        .filter(|p| {
-            let exists = existing_dp.contains(&p.name_any());
-            if exists {
-                writer.note(format!(
-                    "DeploymentPolicy {} already exists: kept, not converted again",
-                    p.name_any()
-                ));
+        let policies: Vec<DeploymentPolicy> = up
+            .policies
+            .iter()
+            .map(convert_policy)
+            .collect::<Result<_>>()?;
+        let existing_nw: BTreeSet<String> = cluster::nodewrights(ctx)
+            .await?
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        let existing_dp: BTreeSet<String> = cluster::policies(ctx)
+            .await?
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        let our_taint = cluster::operator_settings(ctx).await?.runtime_taint;
+        let names: Vec<String> = converted.iter().map(|c| c.nodewright.name_any()).collect();
+        let mut node_edits = Vec::new();
+        for node in &cluster::nodes(ctx).await? {
+            if let Some((edit, what)) =
+                node_edit(node, &names, upstream_taint, &our_taint, &mut notes)?
+            {
+                node_edits.push((node.name_any(), edit, what));
             }
-            !exists
-        })
-        .collect();
-    let new_nodewrights: Vec<&Converted> = converted
-        .iter()
-        .filter(|c| {
-            let name = c.nodewright.name_any();
-            let exists = existing_nw.contains(&name);
-            if exists {
-                writer.note(format!(
-                    "NodeWright {name} already exists: kept, not converted again"
-                ));
-            }
-            !exists
-        })
-        .collect();
-    if new_policies.is_empty() && new_nodewrights.is_empty() && node_edits.is_empty() {
-        writer.note("everything is migrated already: nothing to change");
-        return writer.print(ctx.format());
-    }
-    if !ctx.dry_run() {
-        confirm(
-            args.confirm.yes,
-            "migrate from Skyhook",
-            &format!(
-                "Create {} NodeWright(s) and {} DeploymentPolicy(ies), and copy the Skyhook records of {} node(s)?",
-                new_nodewrights.len(),
-                new_policies.len(),
-                node_edits.len()
-            ),
-        )?;
-    }
-
-    let created_policies: BTreeSet<String> = new_policies.iter().map(|p| p.name_any()).collect();
-    for p in &new_policies {
-        writer.create_policy(p).await?;
-    }
-    for (node, edit, what) in &node_edits {
-        let edit = edit.clone();
-        writer
-            .edit_node(node, &format!("copy {}", what.join(", ")), move |_| {
-                Some(edit.clone())
+        }
+        for n in notes {
+            writer.note(n);
+        }
+        let policies = policies
+            .into_iter()
+            .filter(|p| {
+                let exists = existing_dp.contains(&p.name_any());
+                if exists {
+                    writer.note(format!(
+                        "DeploymentPolicy {} already exists: kept, not converted again",
+                        p.name_any()
+                    ));
+                }
+                !exists
             })
-            .await?;
+            .collect();
+        let nodewrights = converted
+            .into_iter()
+            .filter(|c| {
+                let name = c.nodewright.name_any();
+                let exists = existing_nw.contains(&name);
+                if exists {
+                    writer.note(format!(
+                        "NodeWright {name} already exists: kept, not converted again"
+                    ));
+                }
+                !exists
+            })
+            .collect();
+        Ok(Migration {
+            policies,
+            nodewrights,
+            node_edits,
+        })
     }
-    let mut created: BTreeMap<String, bool> = BTreeMap::new();
-    for c in &new_nodewrights {
-        let name = c.nodewright.name_any();
-        let depends_on_new_policy = c
-            .nodewright
-            .spec
-            .deployment_policy
-            .as_ref()
-            .is_some_and(|p| created_policies.contains(p));
-        if ctx.dry_run() && depends_on_new_policy {
-            writer.record_unsent(
-                "NodeWright",
-                &name,
-                "create",
-                serde_json::to_value(&c.nodewright).unwrap_or_default(),
-            );
-        } else {
-            writer.create_nodewright(&c.nodewright).await?;
+
+    /// Nothing to write.
+    fn is_empty(&self) -> bool {
+        self.policies.is_empty() && self.nodewrights.is_empty() && self.node_edits.is_empty()
+    }
+
+    /// The writes, in the module's order: policies, node records, NodeWrights, their status. A
+    /// dry run sends what the API server can check and records the rest (a NodeWright whose new
+    /// policy a dry run did not create, every status patch) as unsent.
+    async fn write(&self, ctx: &Ctx, writer: &mut Writer<'_>) -> Result<()> {
+        let created_policies: BTreeSet<String> =
+            self.policies.iter().map(|p| p.name_any()).collect();
+        for p in &self.policies {
+            writer.create_policy(p).await?;
         }
-        created.insert(name, true);
-    }
-    for c in &new_nodewrights {
-        let Some(status) = &c.status else { continue };
-        let name = c.nodewright.name_any();
-        let action = "carry over the rollout's progress (batch state, node order, boot IDs)";
-        let patch = json!({"status": status});
-        if ctx.dry_run() {
-            writer.record_unsent("NodeWright/status", &name, action, patch);
-        } else {
-            writer.patch_nodewright_status(&name, action, patch).await?;
+        for (node, edit, what) in &self.node_edits {
+            let edit = edit.clone();
+            writer
+                .edit_node(node, &format!("copy {}", what.join(", ")), move |_| {
+                    Some(edit.clone())
+                })
+                .await?;
         }
+        for c in &self.nodewrights {
+            let name = c.nodewright.name_any();
+            let depends_on_new_policy = c
+                .nodewright
+                .spec
+                .deployment_policy
+                .as_ref()
+                .is_some_and(|p| created_policies.contains(p));
+            if ctx.dry_run() && depends_on_new_policy {
+                writer.record_unsent(
+                    "NodeWright",
+                    &name,
+                    "create",
+                    serde_json::to_value(&c.nodewright).unwrap_or_default(),
+                );
+            } else {
+                writer.create_nodewright(&c.nodewright).await?;
+            }
+        }
+        for c in &self.nodewrights {
+            let Some(status) = &c.status else { continue };
+            let name = c.nodewright.name_any();
+            let action = "carry over the rollout's progress (batch state, node order, boot IDs)";
+            let patch = json!({"status": status});
+            if ctx.dry_run() {
+                writer.record_unsent("NodeWright/status", &name, action, patch);
+            } else {
+                writer.patch_nodewright_status(&name, action, patch).await?;
+            }
+        }
+        Ok(())
     }
-    writer.print(ctx.format())
 }
 
 #[cfg(test)]

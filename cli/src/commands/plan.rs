@@ -239,6 +239,24 @@ fn stages_cell(n: &NodePreview, wide: bool) -> String {
 impl Render for PlanReport {
     fn table(&self, wide: bool) -> String {
         let p = &self.preview;
+        let mut out = self.header();
+        out.push('\n');
+        out.push_str(&compartment_table(p).render());
+        out.push('\n');
+        out.push_str(&node_table(p, wide).render());
+        if p.nodes.iter().any(|n| n.steps.iter().any(|s| s.running)) {
+            out.push_str("(* runs now)\n");
+        }
+        out.push_str(&format!("Operator settings: {}.\n", self.operator_settings));
+        out
+    }
+}
+
+impl PlanReport {
+    /// What the plan is of, and each thing that holds or bounds the rollout as a whole (pause,
+    /// disable, a missing policy, windows, gates, the cluster-wide cap, deletion), a line each.
+    fn header(&self) -> String {
+        let p = &self.preview;
         let mut out = format!(
             "NodeWright {}{}: {} node(s) selected, {} not selected",
             p.nodewright,
@@ -255,15 +273,15 @@ impl Render for PlanReport {
         out.push('\n');
         if p.paused {
             out.push_str(&format!(
-                "Paused: nothing starts until `kubectl nodewright resume {}`; the batches below start then.\n",
-                p.nodewright
-            ));
+            "Paused: nothing starts until `kubectl nodewright resume {}`; the batches below start then.\n",
+            p.nodewright
+        ));
         }
         if p.disabled {
             out.push_str(&format!(
-                "Disabled: nothing starts until `kubectl nodewright enable {}`; the batches below start then.\n",
-                p.nodewright
-            ));
+            "Disabled: nothing starts until `kubectl nodewright enable {}`; the batches below start then.\n",
+            p.nodewright
+        ));
         }
         if p.missing_policy {
             out.push_str("Its DeploymentPolicy does not exist: no node starts.\n");
@@ -281,118 +299,120 @@ impl Render for PlanReport {
         }
         if !p.health_gates.is_empty() {
             out.push_str(&format!(
-                "Health gates (after its packages finish, before a node is uncordoned and counted complete): {}\n",
-                p.health_gates.join("; ")
-            ));
+            "Health gates (after its packages finish, before a node is uncordoned and counted complete): {}\n",
+            p.health_gates.join("; ")
+        ));
         }
         if let Some(cap) = &p.disruption_cap {
             out.push_str(&format!(
-                "Cluster-wide disruption cap (the operator's MAX_DISRUPTED_NODES): {} ({} here), {} cordoned by NodeWrights now.\n",
-                cap.cap, cap.limit, cap.disrupted
-            ));
+            "Cluster-wide disruption cap (the operator's MAX_DISRUPTED_NODES): {} ({} here), {} cordoned by NodeWrights now.\n",
+            cap.cap, cap.limit, cap.disrupted
+        ));
         }
         if p.deleting {
             out.push_str(
                 "Being deleted: the uninstalls of its uninstall-enabled packages run first.\n",
             );
         }
-        out.push('\n');
-        let mut t = Table::new(&["COMPARTMENT", "STRATEGY", "CEILING", "NODES", "BATCHES"]);
-        for c in &p.compartments {
-            let batches = c
-                .batches
-                .iter()
-                .map(|b| {
-                    format!(
-                        "{}{}: {}",
-                        b.number,
-                        if b.in_progress { " (now)" } else { "" },
-                        b.nodes.join(", ")
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" | ");
-            let strategy = match (&c.soak, &c.soaking_until) {
-                (Some(soak), Some(until)) => {
-                    format!("{}, soak {soak} (soaking until {until})", c.strategy)
-                }
-                (Some(soak), None) => format!("{}, soak {soak}", c.strategy),
-                _ => c.strategy.to_owned(),
-            };
-            t.row(vec![
-                c.name.clone(),
-                strategy,
-                c.ceiling.to_string(),
-                c.nodes.to_string(),
-                format!(
-                    "{}{}",
-                    or_dash(batches),
-                    if c.stopped { " (stopped)" } else { "" }
-                ),
-            ]);
-        }
-        out.push_str(&t.render());
-        out.push('\n');
-        let mut headers = vec![
-            "NODE",
-            "COMPARTMENT",
-            "BATCH",
-            "STATUS",
-            "STAGES",
-            "DISRUPTION",
-            "NOTE",
-        ];
-        if wide {
-            headers.insert(1, "ORDER");
-        }
-        let mut t = Table::new(&headers);
-        for n in &p.nodes {
-            let mut disruption = Vec::new();
-            if n.drain {
-                disruption.push("cordon+drain");
-            }
-            if n.reboot {
-                disruption.push("reboot");
-            }
-            let note = if n.complete {
-                "complete".to_owned()
-            } else if let Some(b) = n.blockers.first() {
-                let (text, _) = explain(b, &p.nodewright, &n.name);
-                if n.blockers.len() > 1 {
-                    format!("{text} (+{} more)", n.blockers.len() - 1)
-                } else {
-                    text
-                }
-            } else if n.started {
-                "in progress".to_owned()
-            } else {
-                "-".to_owned()
-            };
-            let mut row = vec![
-                n.name.clone(),
-                or_dash(n.compartment.clone().unwrap_or_default()),
-                n.batch.map_or_else(|| "-".to_owned(), |b| b.to_string()),
-                n.status.as_str().to_owned(),
-                stages_cell(n, wide),
-                or_dash(disruption.join(",")),
-                note,
-            ];
-            if wide {
-                row.insert(
-                    1,
-                    n.order
-                        .map_or_else(|| "-".to_owned(), |o| (o + 1).to_string()),
-                );
-            }
-            t.row(row);
-        }
-        out.push_str(&t.render());
-        if p.nodes.iter().any(|n| n.steps.iter().any(|s| s.running)) {
-            out.push_str("(* runs now)\n");
-        }
-        out.push_str(&format!("Operator settings: {}.\n", self.operator_settings));
         out
     }
+}
+
+/// A row per compartment: its strategy (and soak), ceiling, nodes and batches.
+fn compartment_table(p: &Preview) -> Table {
+    let mut t = Table::new(&["COMPARTMENT", "STRATEGY", "CEILING", "NODES", "BATCHES"]);
+    for c in &p.compartments {
+        let batches = c
+            .batches
+            .iter()
+            .map(|b| {
+                format!(
+                    "{}{}: {}",
+                    b.number,
+                    if b.in_progress { " (now)" } else { "" },
+                    b.nodes.join(", ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" | ");
+        let strategy = match (&c.soak, &c.soaking_until) {
+            (Some(soak), Some(until)) => {
+                format!("{}, soak {soak} (soaking until {until})", c.strategy)
+            }
+            (Some(soak), None) => format!("{}, soak {soak}", c.strategy),
+            _ => c.strategy.to_owned(),
+        };
+        t.row(vec![
+            c.name.clone(),
+            strategy,
+            c.ceiling.to_string(),
+            c.nodes.to_string(),
+            format!(
+                "{}{}",
+                or_dash(batches),
+                if c.stopped { " (stopped)" } else { "" }
+            ),
+        ]);
+    }
+    t
+}
+
+/// A row per selected node: its compartment, batch, status, stages, disruption and what holds it.
+fn node_table(p: &Preview, wide: bool) -> Table {
+    let mut headers = vec![
+        "NODE",
+        "COMPARTMENT",
+        "BATCH",
+        "STATUS",
+        "STAGES",
+        "DISRUPTION",
+        "NOTE",
+    ];
+    if wide {
+        headers.insert(1, "ORDER");
+    }
+    let mut t = Table::new(&headers);
+    for n in &p.nodes {
+        let mut disruption = Vec::new();
+        if n.drain {
+            disruption.push("cordon+drain");
+        }
+        if n.reboot {
+            disruption.push("reboot");
+        }
+        let note = if n.complete {
+            "complete".to_owned()
+        } else if let Some(b) = n.blockers.first() {
+            let (text, _) = explain(b, &p.nodewright, &n.name);
+            if n.blockers.len() > 1 {
+                format!("{text} (+{} more)", n.blockers.len() - 1)
+            } else {
+                text
+            }
+        } else if n.started {
+            "in progress".to_owned()
+        } else {
+            "-".to_owned()
+        };
+        let mut row = vec![
+            n.name.clone(),
+            or_dash(n.compartment.clone().unwrap_or_default()),
+            n.batch.map_or_else(|| "-".to_owned(), |b| b.to_string()),
+            n.status.as_str().to_owned(),
+            stages_cell(n, wide),
+            or_dash(disruption.join(",")),
+            note,
+        ];
+        if wide {
+            row.insert(
+                1,
+                n.order
+                    .map_or_else(|| "-".to_owned(), |o| (o + 1).to_string()),
+            );
+        }
+        t.row(row);
+    }
+    t
 }
 
 /// The NodeWright and policies of a manifest; `name` picks the NodeWright when it holds several.
@@ -618,5 +638,49 @@ mod tests {
             "{why}"
         );
         assert_eq!(fix, None);
+    }
+
+    #[test]
+    fn the_plan_lists_the_health_gates_and_why_names_the_gate_a_node_waits_for() {
+        let report = report(Preview {
+            health_gates: vec!["gpu-healthy: node condition GpuHealthy True, timeout 10m".into()],
+            ..empty_preview()
+        });
+        let text = report.table(false);
+        assert!(
+            text.contains(
+                "Health gates (after its packages finish, before a node is uncordoned and counted complete): gpu-healthy: node condition GpuHealthy True, timeout 10m\n"
+            ),
+            "{text}"
+        );
+        let waiting = Blocker::HealthGate {
+            gate: Some("gpu-healthy".into()),
+            saw: Some("the node has no condition GpuHealthy (True wanted)".into()),
+            since: "2026-12-03T12:00:00Z".into(),
+            failed: false,
+        };
+        let (why, fix) = explain(&waiting, "nw", "n0");
+        assert_eq!(
+            why,
+            "its packages finished; it waits for health gate gpu-healthy (since 2026-12-03T12:00:00Z) before it is uncordoned and counted complete: saw the node has no condition GpuHealthy (True wanted)"
+        );
+        assert_eq!(fix.as_deref(), Some("kubectl describe node n0"));
+        let (why, _) = explain(
+            &Blocker::HealthGate {
+                gate: None,
+                saw: None,
+                since: "2026-12-03T12:00:00Z".into(),
+                failed: true,
+            },
+            "nw",
+            "n0",
+        );
+        assert!(
+            why.starts_with(
+                "its packages finished, but health gate (not observed yet) timed out (GateFailed"
+            ),
+            "{why}"
+        );
+        assert!(why.contains("saw nothing yet"), "{why}");
     }
 }

@@ -4,13 +4,13 @@
 //! (from the same preview `plan` computes), and the exact command that clears it.
 //!
 //! Every judgement is the operator's: the genuine-failure predicate, the timeout cause, the
-//! attempt limit (`jobs::outcome`), the recorded outcome (`state-recorded`), the blockers
+//! attempt limit (`jobs::classify`), the recorded outcome (`state-recorded`), the blockers
 //! ([`nodewright_core::preview`]).
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use nodewright_core::jobs::outcome::{
+use nodewright_core::jobs::classify::{
     DEADLINE_EXCEEDED, attempt_limit, attempts, is_disrupted, is_genuine_failure,
     terminated_with_failure, timeout_cause,
 };

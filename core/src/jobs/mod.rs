@@ -3,15 +3,15 @@
 //! operator configuration and return the `batch/v1` Job to create; nothing here calls the API.
 //! Also pure: the package ConfigMaps the Jobs mount ([`configmaps`]), the hash that makes an
 //! unfinished Job stale ([`drift`]), what a Job says about itself ([`read`]) and the classification
-//! of a finished one ([`outcome`]).
+//! of a finished one ([`classify`]).
 
 mod annotation;
+pub mod classify;
 mod config;
 pub mod configmaps;
 pub mod drift;
 mod error;
 mod interrupt;
-pub mod outcome;
 mod package;
 pub mod pod;
 pub mod read;

@@ -13,7 +13,7 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, PodSpec, ResourceRequirements, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, EnvVar, PodSpec, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodewright_shared::api::{NodeWright, Package, PackageResources};
@@ -86,73 +86,22 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
     let has_configmap = !package.config_map.is_empty();
     let mounts = volume_mounts(has_configmap);
     let resources = package_resources(package.resources.as_ref());
-    let agent_image = pod::agent_image(package, config).to_owned();
     let mut agent_env = package.env.clone();
     agent_env.extend(owner.agent_env(config, package_key, version, node_order));
-
-    let copy = Container {
-        name: naming::init_container_name(package_key),
-        image: Some(pod::package_image_ref(package)),
-        image_pull_policy: Some(config.image_pull_policy.clone()),
-        command: Some(vec!["/bin/sh".to_owned()]),
-        // `-f`: every stage after the first copies over the previous stage's copy, and the
-        // ConfigMap volumes hold symlinks (`..data`, each key), which a plain `cp -r` refuses to
-        // overwrite ("File exists"), failing every config/post-interrupt stage on a real kubelet
-        // (upstream's `cp -r` has the same flaw). Symlinks stay symlinks (root_dir may need them).
-        // The directory is quoted: it is built from the NodeWright, package and version names, and
-        // unquoted, a character the shell splits on would copy somewhere else on the host.
-        args: Some(vec![
-            "-c".to_owned(),
-            "mkdir -p \"/root/${SKYHOOK_DIR}\" && cp -rf /skyhook-package/* \"/root/${SKYHOOK_DIR}\""
-                .to_owned(),
-        ]),
-        env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
-            name: "SKYHOOK_DIR".to_owned(),
-            value: Some(copy_dir.clone()),
-            value_from: None,
-        }]),
-        security_context: pod::privileged(),
-        volume_mounts: Some(mounts.clone()),
-        resources: resources.clone(),
-        ..Container::default()
+    let parts = PackagePod {
+        package_key,
+        package,
+        config,
+        copy_dir,
+        mounts,
+        resources,
     };
-    let agent_container = |name: String, mode: String| Container {
-        name,
-        image: Some(agent_image.clone()),
-        image_pull_policy: Some(config.image_pull_policy.clone()),
-        args: Some(vec![
-            mode,
-            pod::ROOT_MOUNT_PATH.to_owned(),
-            copy_dir.clone(),
-        ]),
-        env: Some(agent_env.clone()),
-        security_context: pod::privileged(),
-        volume_mounts: Some(mounts.clone()),
-        resources: resources.clone(),
-        ..Container::default()
-    };
-    let run = agent_container(
-        naming::stage_container_name(package_key, stage),
-        stage.as_str().to_owned(),
-    );
-    let check = agent_container(
-        naming::check_container_name(package_key, stage),
-        format!("{}-check", stage.as_str()),
-    );
+    let copy = parts.copy_container();
+    let [run, check] = parts.stage_containers(stage, agent_env);
 
-    let mut volumes = vec![
-        pod::root_volume(),
-        configmap_volume(
-            pod::NODE_METADATA_VOLUME,
-            naming::node_metadata_configmap_name(&owner.name, node),
-        ),
-    ];
-    if has_configmap {
-        volumes.push(configmap_volume(
-            pod::PACKAGE_CONFIGMAP_VOLUME,
-            naming::package_configmap_name(&owner.name, package_key, version),
-        ));
-    }
+    let package_configmap =
+        has_configmap.then(|| naming::package_configmap_name(&owner.name, package_key, version));
+    let volumes = package_volumes(&owner.name, node, package_configmap);
 
     let pod_spec = PodSpec {
         active_deadline_seconds: stage_deadline(timeout).map(i64::from),
@@ -182,6 +131,81 @@ pub fn build_package_job(input: &PackageJobInput<'_>) -> Result<Job, JobBuildErr
             },
         },
     ))
+}
+
+/// What the containers of a package-stage pod share: the package, where its files are copied on
+/// the host, the mounts and the resources.
+struct PackagePod<'a> {
+    package_key: &'a str,
+    package: &'a Package,
+    config: &'a JobConfig,
+    /// The package's directory under the host root (`SKYHOOK_DIR`).
+    copy_dir: String,
+    mounts: Vec<VolumeMount>,
+    resources: Option<ResourceRequirements>,
+}
+
+impl PackagePod<'_> {
+    /// The init container that copies the package image's files onto the host.
+    fn copy_container(&self) -> Container {
+        Container {
+            name: naming::init_container_name(self.package_key),
+            image: Some(pod::package_image_ref(self.package)),
+            image_pull_policy: Some(self.config.image_pull_policy.clone()),
+            command: Some(vec!["/bin/sh".to_owned()]),
+            // `-f`: every stage after the first copies over the previous stage's copy, and the
+            // ConfigMap volumes hold symlinks (`..data`, each key), which a plain `cp -r` refuses
+            // to overwrite ("File exists"), failing every config/post-interrupt stage on a real
+            // kubelet (upstream's `cp -r` has the same flaw). Symlinks stay symlinks (root_dir may
+            // need them). The directory is quoted: it is built from the NodeWright, package and
+            // version names, and unquoted, a character the shell splits on would copy somewhere
+            // else on the host.
+            args: Some(vec![
+                "-c".to_owned(),
+                "mkdir -p \"/root/${SKYHOOK_DIR}\" && cp -rf /skyhook-package/* \"/root/${SKYHOOK_DIR}\""
+                    .to_owned(),
+            ]),
+            env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                name: "SKYHOOK_DIR".to_owned(),
+                value: Some(self.copy_dir.clone()),
+                value_from: None,
+            }]),
+            security_context: pod::privileged(),
+            volume_mounts: Some(self.mounts.clone()),
+            resources: self.resources.clone(),
+            ..Container::default()
+        }
+    }
+
+    /// The agent's two containers for `stage`: the stage itself, then its check (`<stage>-check`).
+    fn stage_containers(&self, stage: Stage, env: Vec<EnvVar>) -> [Container; 2] {
+        let image = pod::agent_image(self.package, self.config);
+        let agent_container = |name: String, mode: String| Container {
+            name,
+            image: Some(image.to_owned()),
+            image_pull_policy: Some(self.config.image_pull_policy.clone()),
+            args: Some(vec![
+                mode,
+                pod::ROOT_MOUNT_PATH.to_owned(),
+                self.copy_dir.clone(),
+            ]),
+            env: Some(env.clone()),
+            security_context: pod::privileged(),
+            volume_mounts: Some(self.mounts.clone()),
+            resources: self.resources.clone(),
+            ..Container::default()
+        };
+        [
+            agent_container(
+                naming::stage_container_name(self.package_key, stage),
+                stage.as_str().to_owned(),
+            ),
+            agent_container(
+                naming::check_container_name(self.package_key, stage),
+                format!("{}-check", stage.as_str()),
+            ),
+        ]
+    }
 }
 
 /// The one podFailurePolicy rule: a pod the cluster disrupted (preemption, eviction, node shutdown,
@@ -217,6 +241,21 @@ fn volume_mounts(has_configmap: bool) -> Vec<VolumeMount> {
         });
     }
     mounts
+}
+
+/// The host root, the node's metadata ConfigMap and, when the package has one, its own ConfigMap.
+fn package_volumes(nodewright: &str, node: &str, package_configmap: Option<String>) -> Vec<Volume> {
+    let mut volumes = vec![
+        pod::root_volume(),
+        configmap_volume(
+            pod::NODE_METADATA_VOLUME,
+            naming::node_metadata_configmap_name(nodewright, node),
+        ),
+    ];
+    volumes.extend(
+        package_configmap.map(|name| configmap_volume(pod::PACKAGE_CONFIGMAP_VOLUME, name)),
+    );
+    volumes
 }
 
 fn configmap_volume(volume: &str, configmap: String) -> Volume {

@@ -149,7 +149,7 @@ fn by_name(jobs: impl IntoIterator<Item = Arc<StoredJob>>) -> BTreeMap<String, A
 
 fn busy_nodes(jobs: &[Arc<StoredJob>]) -> BTreeSet<String> {
     jobs.iter()
-        .filter(|j| !crate::jobs::outcome::is_interrupt_job(j) && !is_finished(j))
+        .filter(|j| !crate::jobs::classify::is_interrupt_job(j) && !is_finished(j))
         .filter_map(|j| node_of(j).map(str::to_owned))
         .collect()
 }

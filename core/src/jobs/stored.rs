@@ -4,7 +4,7 @@
 //! TTL. A `k8s-openapi` `Job` is 2.6 KB before it holds anything (its pod template is inline), a
 //! `Pod` 2.2 KB, a container status 0.75 KB: kept whole, a finished stage cost tens of kilobytes, so
 //! the memory grew with every retained Job. These types keep only what a reconciler reads, under the
-//! same field names (so the readers in [`crate::jobs::read`] and [`crate::jobs::outcome`] read them
+//! same field names (so the readers in [`crate::jobs::read`] and [`crate::jobs::classify`] read them
 //! as they would read the full objects), and are decoded straight from the API's JSON: the fields
 //! left out (the pod spec, managed fields, images, timestamps nobody reads) are skipped by the
 //! decoder, never allocated.

@@ -29,13 +29,7 @@ pub fn claimants(node: &Node) -> impl Iterator<Item = &str> {
         .filter_map(move |(k, _)| k.strip_prefix(prefix.as_str()))
 }
 
-/// Whether the node is cordoned (`spec.unschedulable`), whoever did it.
-pub fn is_unschedulable(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
+pub use super::is_unschedulable;
 
 /// Whether the node was already cordoned before the first NodeWright's claim
 /// ([`keys::CORDONED_BEFORE_ANNOTATION`]).

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube_core::ResourceExt;
 use nodewright_shared::keys;
 
-use crate::node::cordon::is_unschedulable;
 use crate::node::edit::NodeEdit;
+use crate::node::is_unschedulable;
 
 /// Whether the node carries the persistent cordon's mark (whatever `spec.unschedulable` says). The
 /// key's presence counts, whatever its value, as upstream's `hasSkyhookCordon`: a mark edited by hand

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use nodewright_shared::api::NodeWright;
 use nodewright_shared::node_state::{NodeState, State};
 
-use crate::jobs::outcome::{JobOutcome, RecordedEvidence, classify_job, is_interrupt_job};
+use crate::jobs::classify::{JobOutcome, RecordedEvidence, classify_job, is_interrupt_job};
 use crate::jobs::read::{JobIndex, package_of, recorded};
 use crate::naming;
 use crate::node::record::{Record, apply_record};

@@ -2,7 +2,7 @@
 //! `batches.rs` are): [`decide`] reads the NodeWright, its nodes and Jobs, and says which nodes are
 //! blocked or wait, which are admitted within the budget and the batches (and in which order),
 //! computing each node's [`Plan`] once; the reconciler then acts on that decision node by node, and
-//! [`finish`] turns what happened into the one status the pass writes.
+//! [`status_after`] turns what happened into the one status the pass writes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -485,7 +485,7 @@ fn to_i32(n: usize) -> i32 {
 /// node's records after the pass, `None` when malformed, and its status), with every other part
 /// of the status as an input of [`status::build`]: the boot IDs seen, the config updates recorded
 /// before the pass planned, and the uninstall conditions.
-pub fn finish(
+pub fn status_after(
     input: &PassInput<'_>,
     compartments: &[Compartment],
     mut decision: PassDecision<'_>,

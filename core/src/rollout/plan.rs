@@ -6,7 +6,7 @@
 //! a Job whose outcome is recorded) is only taken on a freshly read node: from a stale cache it would
 //! rerun a stage that in fact completed a moment ago. Such a plan says [`Plan::stale`] instead.
 
-use nodewright_shared::api::NodeWright;
+use nodewright_shared::api::{NodeWright, Package};
 use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
 
 use super::graph;
@@ -76,6 +76,101 @@ fn record(
     })
 }
 
+/// One node's plan as [`plan_node`] builds it, package by package.
+struct NodePlanner<'a> {
+    nodewright: &'a NodeWright,
+    nw: &'a str,
+    node: &'a str,
+    jobs: &'a JobIndex,
+    fresh: bool,
+    /// `spec.serial` and a package occupies the node: no other package stage starts.
+    serial_busy: bool,
+    /// A finished package Job whose outcome is not recorded yet, or whose stage runs again: the
+    /// package is not ready for the interrupt either, so the interrupt waits for it (it would
+    /// otherwise run without that package and a second interrupt would follow).
+    package_pending: bool,
+    out: Plan,
+}
+
+impl NodePlanner<'_> {
+    /// Package `name` has `stage` to run on the node (its record there is `current`): cordon for
+    /// it when it disrupts, start its Job, or act on the Job it already has.
+    fn run_stage(
+        &mut self,
+        name: &str,
+        package: &Package,
+        stage: Stage,
+        current: Option<&PackageStatus>,
+    ) {
+        let disruptive = package.interrupt.is_some()
+            && matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Uninstall);
+        let job_name = naming::package_job_name(self.nw, name, &package.version, stage, self.node);
+        let unstarted = self.jobs.get(&job_name).is_some_and(ended_unstarted);
+        self.out.cordon |= disruptive && !unstarted;
+        self.out.release_cordon |= disruptive && unstarted;
+        if stage == Stage::Apply && current.is_some_and(|r| r.stage == Stage::Uninstall) {
+            // A cancelled uninstall: its Job, if still running, is stopped (upstream
+            // invalidates its pod); its outcome would no longer be recorded anyway.
+            let uninstall = naming::package_job_name(
+                self.nw,
+                name,
+                &package.version,
+                Stage::Uninstall,
+                self.node,
+            );
+            if self.jobs.get(&uninstall).is_some_and(|j| !is_finished(j)) {
+                self.out.delete.push(uninstall);
+            }
+        }
+        let at_stage = current.filter(|r| r.stage == stage);
+        match self.jobs.get(&job_name) {
+            None if self.serial_busy => {}
+            None => {
+                self.serial_busy = self.nodewright.spec.serial;
+                if at_stage.and_then(|r| r.state) != Some(State::InProgress)
+                    && let Some(r) = record(name, self.nodewright, stage, State::InProgress)
+                {
+                    self.out.state.upsert(r);
+                }
+                self.out.create.push(Creation::Package {
+                    key: name.to_owned(),
+                    stage,
+                    drain_first: disruptive,
+                });
+            }
+            Some(job) if !is_finished(job) => {}
+            Some(job) => match recorded(job) {
+                // The outcome path records it first.
+                None => self.package_pending = true,
+                // Processed (only admission rejections): the outcome path deletes it right
+                // after the mark, but that DELETE can fail or never be sent (5xx, a lost
+                // term, a killed process), and nothing else would reconcile a recorded Job.
+                // Deleting it throws away no evidence, so no fresh read is needed: the
+                // stage then runs again instead of waiting for the failed-Job TTL.
+                Some(Recorded::Rejected) => {
+                    self.package_pending = true;
+                    self.out.delete.push(job_name);
+                }
+                Some(Recorded::TimedOut)
+                    if at_stage.and_then(|r| r.state) == Some(State::Erroring) =>
+                {
+                    self.out.timed_out = true;
+                }
+                // Recorded, yet the record says the stage still has to run: a rerun (state
+                // reset, config change), or a stale cache.
+                Some(_) if self.fresh => {
+                    self.package_pending = true;
+                    self.out.delete.push(job_name);
+                }
+                Some(_) => {
+                    self.package_pending = true;
+                    self.out.stale = true;
+                }
+            },
+        }
+    }
+}
+
 /// Plans the work of `nodewright` (already defaulted) on `node`, whose records are `state`. `fresh`:
 /// the node was just read from the API server (not the cache).
 pub fn plan_node(
@@ -87,21 +182,13 @@ pub fn plan_node(
 ) -> Plan {
     let nw = nodewright.metadata.name.as_deref().unwrap_or_default();
     let packages = &nodewright.spec.packages;
-    let mut out = Plan {
-        state: state.clone(),
-        ..Plan::default()
-    };
     let mut wants_interrupt: Vec<&str> = Vec::new();
     let mut in_interrupt: Vec<&str> = Vec::new();
     let mut wants_uninstall_interrupt: Vec<&str> = Vec::new();
     let mut in_uninstall_interrupt: Vec<&str> = Vec::new();
-    // A finished package Job whose outcome is not recorded yet, or whose stage runs again: the
-    // package is not ready for the interrupt either, so the interrupt waits for it (it would
-    // otherwise run without that package and a second interrupt would follow).
-    let mut package_pending = false;
     // `spec.serial`: one package at a time per node (upstream handles one package per reconcile).
     // A package whose stage Job is running occupies the node; otherwise the first one to start does.
-    let mut serial_busy = nodewright.spec.serial
+    let serial_busy = nodewright.spec.serial
         && graph::runnable(packages, state).into_iter().any(|name| {
             packages.get(name).is_some_and(|package| {
                 matches!(next_step(name, package, state), Step::Run(stage)
@@ -110,6 +197,20 @@ pub fn plan_node(
                         .is_some_and(|j| !is_finished(j)))
             })
         });
+
+    let mut planner = NodePlanner {
+        nodewright,
+        nw,
+        node,
+        jobs,
+        fresh,
+        serial_busy,
+        package_pending: false,
+        out: Plan {
+            state: state.clone(),
+            ..Plan::default()
+        },
+    };
 
     for name in graph::runnable(packages, state) {
         let Some(package) = packages.get(name) else {
@@ -123,78 +224,16 @@ pub fn plan_node(
             Step::WantsUninstallInterrupt => wants_uninstall_interrupt.push(name),
             Step::InUninstallInterrupt => in_uninstall_interrupt.push(name),
             Step::Remove => {
-                out.state.remove(name, &package.version);
+                planner.out.state.remove(name, &package.version);
             }
-            Step::Run(stage) => {
-                let disruptive = package.interrupt.is_some()
-                    && matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Uninstall);
-                let job_name = naming::package_job_name(nw, name, &package.version, stage, node);
-                let unstarted = jobs.get(&job_name).is_some_and(ended_unstarted);
-                out.cordon |= disruptive && !unstarted;
-                out.release_cordon |= disruptive && unstarted;
-                if stage == Stage::Apply && current.is_some_and(|r| r.stage == Stage::Uninstall) {
-                    // A cancelled uninstall: its Job, if still running, is stopped (upstream
-                    // invalidates its pod); its outcome would no longer be recorded anyway.
-                    let uninstall = naming::package_job_name(
-                        nw,
-                        name,
-                        &package.version,
-                        Stage::Uninstall,
-                        node,
-                    );
-                    if jobs.get(&uninstall).is_some_and(|j| !is_finished(j)) {
-                        out.delete.push(uninstall);
-                    }
-                }
-                let at_stage = current.filter(|r| r.stage == stage);
-                match jobs.get(&job_name) {
-                    None if serial_busy => {}
-                    None => {
-                        serial_busy = nodewright.spec.serial;
-                        if at_stage.and_then(|r| r.state) != Some(State::InProgress)
-                            && let Some(r) = record(name, nodewright, stage, State::InProgress)
-                        {
-                            out.state.upsert(r);
-                        }
-                        out.create.push(Creation::Package {
-                            key: name.to_owned(),
-                            stage,
-                            drain_first: disruptive,
-                        });
-                    }
-                    Some(job) if !is_finished(job) => {}
-                    Some(job) => match recorded(job) {
-                        // The outcome path records it first.
-                        None => package_pending = true,
-                        // Processed (only admission rejections): the outcome path deletes it right
-                        // after the mark, but that DELETE can fail or never be sent (5xx, a lost
-                        // term, a killed process), and nothing else would reconcile a recorded Job.
-                        // Deleting it throws away no evidence, so no fresh read is needed: the
-                        // stage then runs again instead of waiting for the failed-Job TTL.
-                        Some(Recorded::Rejected) => {
-                            package_pending = true;
-                            out.delete.push(job_name);
-                        }
-                        Some(Recorded::TimedOut)
-                            if at_stage.and_then(|r| r.state) == Some(State::Erroring) =>
-                        {
-                            out.timed_out = true;
-                        }
-                        // Recorded, yet the record says the stage still has to run: a rerun (state
-                        // reset, config change), or a stale cache.
-                        Some(_) if fresh => {
-                            package_pending = true;
-                            out.delete.push(job_name);
-                        }
-                        Some(_) => {
-                            package_pending = true;
-                            out.stale = true;
-                        }
-                    },
-                }
-            }
+            Step::Run(stage) => planner.run_stage(name, package, stage, current),
         }
     }
+    let NodePlanner {
+        mut out,
+        package_pending,
+        ..
+    } = planner;
 
     // Both interrupt stages share the node's one interrupt Job: an uninstall-interrupt goes first.
     let uninstall = [

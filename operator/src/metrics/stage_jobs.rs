@@ -7,7 +7,7 @@
 //!   pulls and every retry are included: what an administrator waits for;
 //! - `nodewright_stage_attempts{…,result}`: attempts a finished stage took (the genuinely failed
 //!   ones plus the one that succeeded; for a timed-out stage, the failed ones); a disrupted or
-//!   rejected pod is not an attempt, as everywhere else ([`nodewright_core::jobs::outcome`]);
+//!   rejected pod is not an attempt, as everywhere else ([`nodewright_core::jobs::classify`]);
 //! - `nodewright_stage_timeouts_total{nodewright_name,package_name,package_version,stage}`: stages
 //!   that timed out (retries spent on genuine failures, or an interrupt past its bound).
 //!
@@ -29,7 +29,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use nodewright_core::jobs::PackageAnnotation;
-use nodewright_core::jobs::outcome::attempts;
+use nodewright_core::jobs::classify::attempts;
 use nodewright_core::jobs::read::package_of;
 use nodewright_core::jobs::stored::{StoredJob, StoredPod};
 

@@ -12,7 +12,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
-use nodewright_core::jobs::outcome::{
+use nodewright_core::jobs::classify::{
     CONTAINER_STATUS_UNKNOWN, is_admission_rejection, is_disrupted, is_genuine_failure,
     terminated_with_failure,
 };

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use nodewright_core::jobs::PackageAnnotation;
-use nodewright_core::jobs::outcome::image_pull_wait;
+use nodewright_core::jobs::classify::image_pull_wait;
 use nodewright_core::jobs::stored::{StoredJob, StoredPod};
 use nodewright_shared::keys;
 use tracing::info;

@@ -8,7 +8,7 @@
 //!   Then `nodewright.nvidia.com/state-recorded` and the TTL go on the Job, and only from then on may
 //!   anything delete it.
 //! - Evidence: a timed-out or stuck Job gets the `last-logs` annotation ([`crate::outcomes::evidence`]).
-//! - Disrupted pods are ignored everywhere (the one predicate of [`nodewright_core::jobs::outcome`]).
+//! - Disrupted pods are ignored everywhere (the one predicate of [`nodewright_core::jobs::classify`]).
 //!
 //! Every node write re-reads the node and carries the resourceVersion precondition; a record is only
 //! written over the same stage it describes (a late or repeated event can never move a package back).
@@ -26,7 +26,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use nodewright_core::jobs::PackageAnnotation;
-use nodewright_core::jobs::outcome::{
+use nodewright_core::jobs::classify::{
     JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, counted_pods,
     evidence_to_prune, is_interrupt_job, timeout_cause,
 };
@@ -265,9 +265,9 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
                     // Gone already, or refused: pruning is best effort, the evidence stays.
                     Err(WriteError::Api(kube::Error::Api(_))) => {}
                     Err(e) => {
-                        return Err(
-                            e.context(format!("pruning failed attempt {pod} of Job {name}"))
-                        );
+                        return Err(e
+                            .context(format!("pruning failed attempt {pod} of Job {name}"))
+                            .into());
                     }
                 }
             }
@@ -399,7 +399,7 @@ async fn job_note(
     ctx.writer
         .patch_job(&name, json!({"metadata": {"annotations": {key: value}}}))
         .await
-        .map_err(crate::writes::failed(format!(
+        .map_err(ReconcileError::write(format!(
             "{} the {what} note of Job {name}",
             if value.is_some() {
                 "writing"

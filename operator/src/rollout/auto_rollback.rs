@@ -70,7 +70,7 @@ pub async fn carry_out(ctx: &Context, nodewright: &NodeWright) -> Result<bool, R
                     }
                     // A change since the read (409, retried at once on a fresh read), the webhook
                     // unreachable (500), the term ended: the rollback stays due.
-                    None => Err(e.context(what())),
+                    None => Err(e.context(what()).into()),
                 },
             }
         }

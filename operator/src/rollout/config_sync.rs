@@ -20,7 +20,7 @@ use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::NodeState;
 
-use super::configmaps;
+use super::configmap_sync;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::writes::Unchanged;
@@ -46,7 +46,7 @@ pub async fn sync(
     if ctx.writer.memo().is_current(&memo_key, memo_stamp) {
         return Ok(false);
     }
-    let existing = configmaps::list_package_configmaps(&ctx.client, namespace, &name).await?;
+    let existing = configmap_sync::list_package_configmaps(&ctx.client, namespace, &name).await?;
     let previous = nodewright
         .status
         .as_ref()
@@ -83,7 +83,8 @@ pub async fn sync(
         .map(|p| naming::legacy_package_configmap_name(&name, &p.name, &p.version))
         .collect();
     let lingering = existing.iter().any(|c| in_use.contains(&c.name_any()));
-    configmaps::sync_package_configmaps(&ctx.writer, nodewright, &existing, &hold, &in_use).await?;
+    configmap_sync::sync_package_configmaps(&ctx.writer, nodewright, &existing, &hold, &in_use)
+        .await?;
     if !written && hold.is_empty() && changes.is_empty() && !lingering {
         ctx.writer.memo().remember(memo_key, memo_stamp);
     }

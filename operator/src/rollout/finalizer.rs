@@ -98,7 +98,11 @@ pub async fn cleanup(ctx: &Context, nodewright: &NodeWright) -> Result<Action, R
     {
         Ok(_) => info!(nodewright = %name, "nodes cleaned; removed finalizer"),
         Err(e) if e.code() == Some(404) => {}
-        Err(e) => return Err(e.context(format!("removing the finalizer of NodeWright {name}"))),
+        Err(e) => {
+            return Err(e
+                .context(format!("removing the finalizer of NodeWright {name}"))
+                .into());
+        }
     }
     Ok(Action::await_change())
 }

@@ -2,20 +2,25 @@
 //! its nodes, admit them within the budget, advance each admitted node's packages through the stage
 //! machine (recording node state before creating Jobs), and write the status.
 //!
-//! Outcomes of the Jobs are recorded by [`crate::outcomes`]; this reconciler only reads them (from
-//! the node state and the Jobs' `state-recorded` annotation), so each fact has one writer.
+//! Outcomes of the Jobs are recorded by [`crate::outcomes`], with one exception: a Complete Job of a
+//! node this pass plans is folded into the node write that records the next stage
+//! ([`nodewright_core::rollout::absorb`]) and marked `state-recorded` after it. The outcome recorder
+//! leaves a Complete Job to the rollout for `outcomes::ABSORB_GRACE` and records it itself
+//! after that. Two writers, one record: every write is guarded by the node's resourceVersion and only
+//! written over the stage it describes, so whichever comes second finds the record moved on and only
+//! marks the Job (nothing lost, nothing repeated).
 
-pub mod acts;
+pub mod act_on_nodes;
+pub mod advance_node;
 pub mod auto_rollback;
 pub mod auto_taint;
 pub mod config_sync;
-pub mod configmaps;
+pub mod configmap_sync;
 pub mod disruption_cap;
 pub mod drain;
 pub mod finalizer;
 pub mod health_gates;
-pub mod job_ops;
-pub mod node_work;
+pub mod job_lifecycle;
 pub mod reboot_reset;
 
 use std::sync::Arc;
@@ -59,7 +64,7 @@ const DRAIN_RECHECK: Duration = Duration::from_secs(2);
 /// Passes run at once (over distinct NodeWrights; one NodeWright never has two). Unbounded, every
 /// NodeWright woken at once runs its pass at once: under churn (each edit wakes one) hundreds of
 /// passes held their working sets and one apiserver connection per request in flight, and slowed
-/// the apiserver they all waited on. A pass makes at most [`acts::NODE_CONCURRENCY`] requests at a
+/// the apiserver they all waited on. A pass makes at most [`act_on_nodes::NODE_CONCURRENCY`] requests at a
 /// time, so this bounds the operator's requests in flight too. (Upstream: one worker.)
 pub const PASS_CONCURRENCY: u16 = 16;
 
@@ -101,18 +106,21 @@ pub fn error_policy(
 /// One pass over a NodeWright: guards, the steps that write before planning (each may end the pass
 /// and plan again on its own event), then the pure decision and its acts.
 async fn one_pass(nodewright: &NodeWright, ctx: &Context) -> Result<Action, ReconcileError> {
-    if let Some(action) = guard(ctx, nodewright).await? {
+    if let Some(action) = may_pass_or_add_finalizer(ctx, nodewright).await? {
         return Ok(action);
     }
-    match prepare(ctx, nodewright).await? {
+    match write_pre_steps(ctx, nodewright).await? {
         Prepared::Again(action) => Ok(action),
         Prepared::Ready(ready) => decide_and_act(ctx, nodewright, *ready).await,
     }
 }
 
-/// Whether the pass may run at all: this replica leads, the Job store has listed, the finalizer is
-/// in place (adding it ends the pass: the write is an event).
-async fn guard(ctx: &Context, nodewright: &NodeWright) -> Result<Option<Action>, ReconcileError> {
+/// Whether the pass may run at all (`Some`: it may not, come back then): this replica leads, the
+/// Job store has listed, the finalizer is in place (adding it ends the pass: the write is an event).
+async fn may_pass_or_add_finalizer(
+    ctx: &Context,
+    nodewright: &NodeWright,
+) -> Result<Option<Action>, ReconcileError> {
     if !ctx.leading() {
         return Ok(Some(Action::await_change()));
     }
@@ -164,7 +172,10 @@ enum Prepared {
 /// The steps that act before the pass plans, in upstream's order: defaults, auto-taint of new nodes,
 /// deletion (cleanup or uninstall-first), reboot resets, pause/drift of Jobs, config updates, and
 /// the DeploymentPolicy lookup.
-async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, ReconcileError> {
+async fn write_pre_steps(
+    ctx: &Context,
+    nodewright: &NodeWright,
+) -> Result<Prepared, ReconcileError> {
     let again = |action| Ok(Prepared::Again(action));
     let name = nodewright.name_any();
     let deleting = nodewright.metadata.deletion_timestamp.is_some();
@@ -204,8 +215,8 @@ async fn prepare(ctx: &Context, nodewright: &NodeWright) -> Result<Prepared, Rec
     }
 
     let jobs = own_jobs(&name, &ctx.jobs.state());
-    job_ops::set_suspended(ctx, &jobs, paused).await?;
-    if !paused && job_ops::replace_drifted(ctx, &nw, &jobs).await? > 0 {
+    job_lifecycle::set_suspended(ctx, &jobs, paused).await?;
+    if !paused && job_lifecycle::replace_drifted(ctx, &nw, &jobs).await? > 0 {
         // The deletions are events; plan again on the Jobs that remain.
         return again(Action::requeue(Duration::from_secs(1)));
     }
@@ -330,14 +341,14 @@ async fn decide_and_act(
         warn!(nodewright = %name, %compartment, "failed batches reached the failure threshold; the rollout of this compartment stops until its batch state is reset");
     }
 
-    let acted = acts::act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
+    let acted = act_on_nodes::act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
     let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
     let at_gates = acted.at_gates;
     let held_by_cap = decision.held_by_cap.is_some();
     ctx.disruption.settle(&Rank::of(&nw), held_by_cap);
 
     let wake_at = decision.wake_at;
-    let mut status = pass::finish(&input, &compartments, decision, results);
+    let mut status = pass::status_after(&input, &compartments, decision, results);
     if !deleting {
         let limit = ctx.config.revision_history_limit;
         history::record_pass(&mut status, nodewright, limit, now);

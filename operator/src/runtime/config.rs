@@ -193,12 +193,7 @@ impl OperatorConfig {
     /// Reads the configuration through `lookup` (unset ⇒ `None`). Surrounding whitespace is ignored
     /// and an empty value counts as unset, as for the shared defaults.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |var: &str| {
-            lookup(var)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let or = |var: &str, default: &str| get(var).unwrap_or_else(|| default.to_owned());
+        let env = Env(&lookup);
         let mut p = Problems::default();
 
         let defaults = match OperatorDefaults::from_lookup(&lookup) {
@@ -208,98 +203,30 @@ impl OperatorConfig {
                 None
             }
         };
-
-        let namespace = p.check(ENV_NAMESPACE, or(ENV_NAMESPACE, DEFAULT_NAMESPACE), |v| {
-            is_dns_label(v).then_some(()).ok_or_else(|| {
+        let namespace = p.check(
+            ENV_NAMESPACE,
+            env.or(ENV_NAMESPACE, DEFAULT_NAMESPACE),
+            |v| {
+                is_dns_label(v).then_some(()).ok_or_else(|| {
                 "a namespace name: a DNS-1123 label (1-63 of a-z, 0-9, '-', starting and ending \
                  alphanumeric), e.g. \"nodewright\""
                     .to_owned()
             })
-        });
-        let package_namespace = match get(ENV_PACKAGE_NAMESPACE) {
-            None => namespace.clone(),
-            Some(v) => p.check(ENV_PACKAGE_NAMESPACE, v, |v| {
-                is_dns_label(v).then_some(()).ok_or_else(|| {
-                    "a namespace name: a DNS-1123 label (1-63 of a-z, 0-9, '-', starting and \
-                     ending alphanumeric), e.g. \"nodewright-packages\"; unset = NAMESPACE"
-                        .to_owned()
-                })
-            }),
-        };
-        let agent_image = p.check(
-            ENV_AGENT_IMAGE,
-            or(ENV_AGENT_IMAGE, DEFAULT_AGENT_IMAGE),
-            |v| image_rule(v, DEFAULT_AGENT_IMAGE),
-        );
-        let pause_image = p.check(
-            ENV_PAUSE_IMAGE,
-            or(ENV_PAUSE_IMAGE, DEFAULT_PAUSE_IMAGE),
-            |v| image_rule(v, DEFAULT_PAUSE_IMAGE),
-        );
-        let copy_dir_root = p.check(
-            ENV_COPY_DIR_ROOT,
-            or(ENV_COPY_DIR_ROOT, DEFAULT_COPY_DIR_ROOT),
-            |v| absolute_path_rule(v, DEFAULT_COPY_DIR_ROOT),
-        );
-        let agent_log_root = p.check(
-            ENV_AGENT_LOG_ROOT,
-            or(ENV_AGENT_LOG_ROOT, DEFAULT_AGENT_LOG_ROOT),
-            |v| absolute_path_rule(v, DEFAULT_AGENT_LOG_ROOT),
-        );
-        let image_pull_secret = p.optional_name(
-            ENV_IMAGE_PULL_SECRET,
-            get(ENV_IMAGE_PULL_SECRET),
-            "a Secret name",
-            "registry-credentials",
-        );
-        let service_account = p.optional_name(
-            ENV_PACKAGE_SERVICE_ACCOUNT,
-            get(ENV_PACKAGE_SERVICE_ACCOUNT),
-            "a ServiceAccount name",
-            "nodewright-packages",
-        );
-        let image_pull_policy = p.check(
-            ENV_PACKAGE_IMAGE_PULL_POLICY,
-            or(
-                ENV_PACKAGE_IMAGE_PULL_POLICY,
-                DEFAULT_PACKAGE_IMAGE_PULL_POLICY,
-            ),
-            |v| {
-                matches!(v, "Always" | "IfNotPresent" | "Never")
-                    .then_some(())
-                    .ok_or_else(|| {
-                        "one of Always (the default), IfNotPresent, Never (exact case)".to_owned()
-                    })
             },
         );
-        let taint_text = or(ENV_RUNTIME_REQUIRED_TAINT, DEFAULT_RUNTIME_REQUIRED_TAINT);
-        let runtime_required_taint = match RuntimeTaint::parse(&taint_text) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                p.push(
-                    ENV_RUNTIME_REQUIRED_TAINT,
-                    taint_text,
-                    format!(
-                        "{}: use kubectl taint syntax key[=value]:Effect (not a key- removal) with \
-                         Effect one of NoSchedule, PreferNoSchedule, NoExecute, e.g. \
-                         {DEFAULT_RUNTIME_REQUIRED_TAINT:?}",
-                        e.reason
-                    ),
-                );
-                None
-            }
-        };
+        let jobs = job_config(&env, &mut p, &namespace, defaults);
         let default_interval = p.duration(
             ENV_DEFAULT_INTERVAL,
-            or(ENV_DEFAULT_INTERVAL, "10m"),
+            env.or(ENV_DEFAULT_INTERVAL, "10m"),
             "a Go duration of at least 1m, e.g. \"10m\" (default)",
             |d| d >= MIN_INTERVAL,
         );
-        let reapply_on_reboot = p.boolean(ENV_REAPPLY_ON_REBOOT, get(ENV_REAPPLY_ON_REBOOT), false);
+        let reapply_on_reboot =
+            p.boolean(ENV_REAPPLY_ON_REBOOT, env.get(ENV_REAPPLY_ON_REBOOT), false);
         let pods_not_created_timeout = p
             .duration(
                 ENV_PODS_NOT_CREATED_TIMEOUT,
-                or(
+                env.or(
                     ENV_PODS_NOT_CREATED_TIMEOUT,
                     DEFAULT_PODS_NOT_CREATED_TIMEOUT,
                 ),
@@ -310,19 +237,19 @@ impl OperatorConfig {
             .map(|d| (!d.is_zero()).then_some(d));
         let image_pull_failing_after = p.duration(
             ENV_IMAGE_PULL_FAILING_AFTER,
-            or(ENV_IMAGE_PULL_FAILING_AFTER, "1m"),
+            env.or(ENV_IMAGE_PULL_FAILING_AFTER, "1m"),
             "a Go duration of at least 1s, e.g. \"1m\" (default): how long an attempt may wait on \
              an image the kubelet cannot pull before it is surfaced",
             |d| d >= Duration::from_secs(1),
         );
         let revision_history_limit = p.count(
             ENV_REVISION_HISTORY_LIMIT,
-            get(ENV_REVISION_HISTORY_LIMIT),
+            env.get(ENV_REVISION_HISTORY_LIMIT),
             nodewright_core::rollout::history::DEFAULT_REVISION_HISTORY_LIMIT,
             nodewright_shared::api::MAX_REVISIONS,
             "revisions of each NodeWright kept for rollbacks",
         );
-        let max_disrupted_nodes = match get(ENV_MAX_DISRUPTED_NODES) {
+        let max_disrupted_nodes = match env.get(ENV_MAX_DISRUPTED_NODES) {
             None => Some(None),
             Some(v) => match MaxDisrupted::parse(&v) {
                 Ok(cap) => Some(Some(cap)),
@@ -332,110 +259,19 @@ impl OperatorConfig {
                 }
             },
         };
-        let leader_election = p.boolean(ENV_LEADER_ELECTION, get(ENV_LEADER_ELECTION), true);
+        let leader_election = p.boolean(ENV_LEADER_ELECTION, env.get(ENV_LEADER_ELECTION), true);
 
-        let lease_name = p.check(
-            ENV_LEASE_NAME,
-            or(ENV_LEASE_NAME, DEFAULT_LEASE_NAME),
-            |v| {
-                is_dns_subdomain(v).then_some(()).ok_or_else(|| {
-                format!(
-                    "a Lease name: a DNS-1123 subdomain (at most 253 of a-z, 0-9, '-', '.'), e.g. \
-                     {DEFAULT_LEASE_NAME:?}"
-                )
-            })
-            },
-        );
-        let lease_duration_text = or(ENV_LEASE_DURATION, "15s");
-        let lease_duration = p.duration(
-            ENV_LEASE_DURATION,
-            lease_duration_text.clone(),
-            "a Go duration of whole seconds, at least 1s, e.g. \"15s\" (default; \
-             leaseDurationSeconds is whole seconds)",
-            |d| {
-                d >= Duration::from_secs(1)
-                    && d.subsec_nanos() == 0
-                    && d.as_secs() <= i32::MAX as u64
-            },
-        );
-        let renew_text = or(ENV_LEASE_RENEW_DEADLINE, "10s");
-        let renew_deadline = p.duration(
-            ENV_LEASE_RENEW_DEADLINE,
-            renew_text.clone(),
-            "a Go duration above 0, shorter than LEASE_DURATION, e.g. \"10s\" (default)",
-            |d| d > Duration::ZERO,
-        );
-        let retry_text = or(ENV_LEASE_RETRY_PERIOD, "2s");
-        let retry_period = p.duration(
-            ENV_LEASE_RETRY_PERIOD,
-            retry_text.clone(),
-            "a Go duration of at least 100ms, shorter than LEASE_RENEW_DEADLINE, e.g. \"2s\" (default)",
-            |d| d >= MIN_RETRY_PERIOD,
-        );
-        let timings = match (lease_duration, renew_deadline, retry_period) {
-            (Some(lease_duration), Some(renew_deadline), Some(retry_period)) => {
-                let timings = LeaseTimings {
-                    lease_duration,
-                    renew_deadline,
-                    retry_period,
-                };
-                if renew_deadline >= lease_duration {
-                    p.push(
-                        ENV_LEASE_RENEW_DEADLINE,
-                        renew_text,
-                        format!(
-                            "must be shorter than LEASE_DURATION ({lease_duration_text}), so the \
-                             leader stops before a standby may take the Lease over"
-                        ),
-                    );
-                }
-                if retry_period >= renew_deadline {
-                    p.push(
-                        ENV_LEASE_RETRY_PERIOD,
-                        retry_text,
-                        "must be shorter than LEASE_RENEW_DEADLINE, so the leader retries a failed \
-                         renewal before giving up"
-                            .to_owned(),
-                    );
-                }
-                Some(timings)
-            }
-            _ => None,
-        };
-        // A bad identity is reported under the variable it came from: HOSTNAME when POD_NAME is
-        // unset, so the administrator fixes the variable that is actually wrong.
-        let identity_source = get(ENV_POD_NAME)
-            .map(|v| (ENV_POD_NAME, v))
-            .or_else(|| get(ENV_HOSTNAME).map(|v| (ENV_HOSTNAME, v)));
-        let identity = match identity_source {
-            Some((var, v)) => p.check(var, v, |v| {
-                (v.len() <= 253 && !v.chars().any(|c| c.is_whitespace() || c.is_control()))
-                    .then_some(())
-                    .ok_or_else(|| {
-                        "at most 253 characters without whitespace: the Lease holder identity, \
-                         unique per replica (the chart sets it from metadata.name)"
-                            .to_owned()
-                    })
-            }),
-            None => {
-                p.push(
-                    ENV_POD_NAME,
-                    String::new(),
-                    "unset, and so is HOSTNAME: set POD_NAME to this replica's unique name (the \
-                     chart sets it from metadata.name)"
-                        .to_owned(),
-                );
-                None
-            }
-        };
-
+        let lease = lease_config(&env, &mut p, &namespace);
         let metrics_listen = p.address(
             ENV_METRICS_LISTEN,
-            or(ENV_METRICS_LISTEN, DEFAULT_METRICS_LISTEN),
+            env.or(ENV_METRICS_LISTEN, DEFAULT_METRICS_LISTEN),
         );
-        let probe_listen = p.address(ENV_PROBE_LISTEN, or(ENV_PROBE_LISTEN, DEFAULT_PROBE_LISTEN));
-        let metrics_auth = p.boolean(ENV_METRICS_AUTH, get(ENV_METRICS_AUTH), false);
-        let log_format_text = or(ENV_LOG_FORMAT, "json");
+        let probe_listen = p.address(
+            ENV_PROBE_LISTEN,
+            env.or(ENV_PROBE_LISTEN, DEFAULT_PROBE_LISTEN),
+        );
+        let metrics_auth = p.boolean(ENV_METRICS_AUTH, env.get(ENV_METRICS_AUTH), false);
+        let log_format_text = env.or(ENV_LOG_FORMAT, "json");
         let log_format = match log_format_text.as_str() {
             "json" => Some(LogFormat::Json),
             "text" => Some(LogFormat::Text),
@@ -450,22 +286,13 @@ impl OperatorConfig {
         };
         let log_level = p.check(
             ENV_LOG_LEVEL,
-            or(ENV_LOG_LEVEL, DEFAULT_LOG_LEVEL),
+            env.or(ENV_LOG_LEVEL, DEFAULT_LOG_LEVEL),
             log_filter_rule,
         );
 
         match (
-            defaults,
             namespace,
-            package_namespace,
-            agent_image,
-            pause_image,
-            copy_dir_root,
-            agent_log_root,
-            image_pull_secret,
-            service_account,
-            image_pull_policy,
-            runtime_required_taint,
+            jobs,
             default_interval,
             reapply_on_reboot,
             pods_not_created_timeout,
@@ -473,9 +300,7 @@ impl OperatorConfig {
             revision_history_limit,
             max_disrupted_nodes,
             leader_election,
-            lease_name,
-            timings,
-            identity,
+            lease,
             metrics_listen,
             probe_listen,
             metrics_auth,
@@ -483,17 +308,8 @@ impl OperatorConfig {
             log_level,
         ) {
             (
-                Some(defaults),
                 Some(namespace),
-                Some(package_namespace),
-                Some(agent_image),
-                Some(pause_image),
-                Some(copy_dir_root),
-                Some(agent_log_root),
-                Some(image_pull_secret),
-                Some(service_account),
-                Some(image_pull_policy),
-                Some(runtime_required_taint),
+                Some(jobs),
                 Some(default_interval),
                 Some(reapply_on_reboot),
                 Some(pods_not_created_timeout),
@@ -501,34 +317,16 @@ impl OperatorConfig {
                 Some(revision_history_limit),
                 Some(max_disrupted_nodes),
                 Some(leader_election),
-                Some(lease_name),
-                Some(timings),
-                Some(identity),
+                Some(lease),
                 Some(metrics_listen),
                 Some(probe_listen),
                 Some(metrics_auth),
                 Some(log_format),
                 Some(log_level),
             ) if p.0.is_empty() => Ok(OperatorConfig {
-                lease: LeaseConfig {
-                    namespace: namespace.clone(),
-                    name: lease_name,
-                    identity,
-                    timings,
-                },
+                lease,
                 namespace,
-                jobs: JobConfig {
-                    namespace: package_namespace,
-                    agent_image,
-                    pause_image,
-                    copy_dir_root,
-                    agent_log_root,
-                    image_pull_secret,
-                    service_account,
-                    image_pull_policy,
-                    runtime_required_taint,
-                    defaults,
-                },
+                jobs,
                 default_interval,
                 reapply_on_reboot,
                 pods_not_created_timeout,
@@ -545,6 +343,226 @@ impl OperatorConfig {
             _ => Err(ConfigError { problems: p.0 }),
         }
     }
+}
+
+/// The environment as the operator reads it: surrounding whitespace is ignored and an empty value
+/// counts as unset, as for the shared defaults.
+struct Env<'a, F>(&'a F);
+
+impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
+    /// The value of `var`, if set and not blank.
+    fn get(&self, var: &str) -> Option<String> {
+        (self.0)(var)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value of `var`, else `default`.
+    fn or(&self, var: &str, default: &str) -> String {
+        self.get(var).unwrap_or_else(|| default.to_owned())
+    }
+}
+
+/// The package Jobs' settings (`PACKAGE_NAMESPACE` through `RUNTIME_REQUIRED_TAINT`), each bad one
+/// recorded in `p`; `None` when any is bad (or `namespace` / `defaults` were).
+fn job_config<F: Fn(&str) -> Option<String>>(
+    env: &Env<'_, F>,
+    p: &mut Problems,
+    namespace: &Option<String>,
+    defaults: Option<OperatorDefaults>,
+) -> Option<JobConfig> {
+    let package_namespace = match env.get(ENV_PACKAGE_NAMESPACE) {
+        None => namespace.clone(),
+        Some(v) => p.check(ENV_PACKAGE_NAMESPACE, v, |v| {
+            is_dns_label(v).then_some(()).ok_or_else(|| {
+                "a namespace name: a DNS-1123 label (1-63 of a-z, 0-9, '-', starting and \
+                     ending alphanumeric), e.g. \"nodewright-packages\"; unset = NAMESPACE"
+                    .to_owned()
+            })
+        }),
+    };
+    let agent_image = p.check(
+        ENV_AGENT_IMAGE,
+        env.or(ENV_AGENT_IMAGE, DEFAULT_AGENT_IMAGE),
+        |v| image_rule(v, DEFAULT_AGENT_IMAGE),
+    );
+    let pause_image = p.check(
+        ENV_PAUSE_IMAGE,
+        env.or(ENV_PAUSE_IMAGE, DEFAULT_PAUSE_IMAGE),
+        |v| image_rule(v, DEFAULT_PAUSE_IMAGE),
+    );
+    let copy_dir_root = p.check(
+        ENV_COPY_DIR_ROOT,
+        env.or(ENV_COPY_DIR_ROOT, DEFAULT_COPY_DIR_ROOT),
+        |v| absolute_path_rule(v, DEFAULT_COPY_DIR_ROOT),
+    );
+    let agent_log_root = p.check(
+        ENV_AGENT_LOG_ROOT,
+        env.or(ENV_AGENT_LOG_ROOT, DEFAULT_AGENT_LOG_ROOT),
+        |v| absolute_path_rule(v, DEFAULT_AGENT_LOG_ROOT),
+    );
+    let image_pull_secret = p.optional_name(
+        ENV_IMAGE_PULL_SECRET,
+        env.get(ENV_IMAGE_PULL_SECRET),
+        "a Secret name",
+        "registry-credentials",
+    );
+    let service_account = p.optional_name(
+        ENV_PACKAGE_SERVICE_ACCOUNT,
+        env.get(ENV_PACKAGE_SERVICE_ACCOUNT),
+        "a ServiceAccount name",
+        "nodewright-packages",
+    );
+    let image_pull_policy = p.check(
+        ENV_PACKAGE_IMAGE_PULL_POLICY,
+        env.or(
+            ENV_PACKAGE_IMAGE_PULL_POLICY,
+            DEFAULT_PACKAGE_IMAGE_PULL_POLICY,
+        ),
+        |v| {
+            matches!(v, "Always" | "IfNotPresent" | "Never")
+                .then_some(())
+                .ok_or_else(|| {
+                    "one of Always (the default), IfNotPresent, Never (exact case)".to_owned()
+                })
+        },
+    );
+    let taint_text = env.or(ENV_RUNTIME_REQUIRED_TAINT, DEFAULT_RUNTIME_REQUIRED_TAINT);
+    let runtime_required_taint = match RuntimeTaint::parse(&taint_text) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            p.push(
+                ENV_RUNTIME_REQUIRED_TAINT,
+                taint_text,
+                format!(
+                    "{}: use kubectl taint syntax key[=value]:Effect (not a key- removal) with \
+                         Effect one of NoSchedule, PreferNoSchedule, NoExecute, e.g. \
+                         {DEFAULT_RUNTIME_REQUIRED_TAINT:?}",
+                    e.reason
+                ),
+            );
+            None
+        }
+    };
+    Some(JobConfig {
+        namespace: package_namespace?,
+        agent_image: agent_image?,
+        pause_image: pause_image?,
+        copy_dir_root: copy_dir_root?,
+        agent_log_root: agent_log_root?,
+        image_pull_secret: image_pull_secret?,
+        service_account: service_account?,
+        image_pull_policy: image_pull_policy?,
+        runtime_required_taint: runtime_required_taint?,
+        defaults: defaults?,
+    })
+}
+
+/// The leader election's Lease (`LEASE_NAME`, its timings, the holder identity from `POD_NAME` or
+/// `HOSTNAME`), each bad variable recorded in `p`; `None` when any is bad.
+fn lease_config<F: Fn(&str) -> Option<String>>(
+    env: &Env<'_, F>,
+    p: &mut Problems,
+    namespace: &Option<String>,
+) -> Option<LeaseConfig> {
+    let lease_name = p.check(
+        ENV_LEASE_NAME,
+        env.or(ENV_LEASE_NAME, DEFAULT_LEASE_NAME),
+        |v| {
+            is_dns_subdomain(v).then_some(()).ok_or_else(|| {
+                format!(
+                    "a Lease name: a DNS-1123 subdomain (at most 253 of a-z, 0-9, '-', '.'), e.g. \
+                     {DEFAULT_LEASE_NAME:?}"
+                )
+            })
+        },
+    );
+    let lease_duration_text = env.or(ENV_LEASE_DURATION, "15s");
+    let lease_duration = p.duration(
+        ENV_LEASE_DURATION,
+        lease_duration_text.clone(),
+        "a Go duration of whole seconds, at least 1s, e.g. \"15s\" (default; \
+             leaseDurationSeconds is whole seconds)",
+        |d| d >= Duration::from_secs(1) && d.subsec_nanos() == 0 && d.as_secs() <= i32::MAX as u64,
+    );
+    let renew_text = env.or(ENV_LEASE_RENEW_DEADLINE, "10s");
+    let renew_deadline = p.duration(
+        ENV_LEASE_RENEW_DEADLINE,
+        renew_text.clone(),
+        "a Go duration above 0, shorter than LEASE_DURATION, e.g. \"10s\" (default)",
+        |d| d > Duration::ZERO,
+    );
+    let retry_text = env.or(ENV_LEASE_RETRY_PERIOD, "2s");
+    let retry_period = p.duration(
+        ENV_LEASE_RETRY_PERIOD,
+        retry_text.clone(),
+        "a Go duration of at least 100ms, shorter than LEASE_RENEW_DEADLINE, e.g. \"2s\" (default)",
+        |d| d >= MIN_RETRY_PERIOD,
+    );
+    let timings = match (lease_duration, renew_deadline, retry_period) {
+        (Some(lease_duration), Some(renew_deadline), Some(retry_period)) => {
+            let timings = LeaseTimings {
+                lease_duration,
+                renew_deadline,
+                retry_period,
+            };
+            if renew_deadline >= lease_duration {
+                p.push(
+                    ENV_LEASE_RENEW_DEADLINE,
+                    renew_text,
+                    format!(
+                        "must be shorter than LEASE_DURATION ({lease_duration_text}), so the \
+                             leader stops before a standby may take the Lease over"
+                    ),
+                );
+            }
+            if retry_period >= renew_deadline {
+                p.push(
+                    ENV_LEASE_RETRY_PERIOD,
+                    retry_text,
+                    "must be shorter than LEASE_RENEW_DEADLINE, so the leader retries a failed \
+                         renewal before giving up"
+                        .to_owned(),
+                );
+            }
+            Some(timings)
+        }
+        _ => None,
+    };
+    // A bad identity is reported under the variable it came from: HOSTNAME when POD_NAME is
+    // unset, so the administrator fixes the variable that is actually wrong.
+    let identity_source = env
+        .get(ENV_POD_NAME)
+        .map(|v| (ENV_POD_NAME, v))
+        .or_else(|| env.get(ENV_HOSTNAME).map(|v| (ENV_HOSTNAME, v)));
+    let identity = match identity_source {
+        Some((var, v)) => p.check(var, v, |v| {
+            (v.len() <= 253 && !v.chars().any(|c| c.is_whitespace() || c.is_control()))
+                .then_some(())
+                .ok_or_else(|| {
+                    "at most 253 characters without whitespace: the Lease holder identity, \
+                         unique per replica (the chart sets it from metadata.name)"
+                        .to_owned()
+                })
+        }),
+        None => {
+            p.push(
+                ENV_POD_NAME,
+                String::new(),
+                "unset, and so is HOSTNAME: set POD_NAME to this replica's unique name (the \
+                     chart sets it from metadata.name)"
+                    .to_owned(),
+            );
+            None
+        }
+    };
+
+    Some(LeaseConfig {
+        namespace: namespace.clone()?,
+        name: lease_name?,
+        identity: identity?,
+        timings: timings?,
+    })
 }
 
 /// The problems found so far, with helpers that record one and return `None` on a bad value. Shared

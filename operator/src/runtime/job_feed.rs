@@ -110,7 +110,7 @@ pub(crate) fn rollout_stamp(job: &StoredJob) -> u64 {
         job.spec.as_ref().and_then(|s| s.suspend),
         job.metadata.deletion_timestamp.is_some(),
         recorded,
-        // The node's Erroring condition names these (`rollout::acts`): a pass writes it.
+        // The node's Erroring condition names these (`rollout::act_on_nodes`): a pass writes it.
         (
             job.pods_not_created.is_some(),
             job.image_pull_failing.is_some(),

@@ -12,4 +12,5 @@ pub(crate) mod legacy_jobs;
 pub(crate) mod nodes;
 pub(crate) mod nodewrights;
 pub(crate) mod pod_feed;
+pub(crate) mod policies;
 pub mod telemetry;

@@ -16,17 +16,37 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use kube::runtime::watcher;
+use std::sync::Arc;
+
+use futures::{Stream, TryStreamExt};
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{PredicateConfig, WatchStreamExt, reflector::reflector, watcher};
 use nodewright_shared::api::NodeWright;
 
 use crate::context::Context;
 
-/// Drops what the operator never reads back from a stored NodeWright.
-pub fn trim(nodewright: &mut NodeWright) {
-    nodewright.metadata.managed_fields = None;
-    if let Some(status) = nodewright.status.as_mut() {
-        status.node_state.clear();
+/// The NodeWright watch of a term (scoped by `options.nodewright_selector` when set): fills the
+/// rollout's store with trimmed NodeWrights ([`nodewright_core::stored::trim_nodewright`]), drops
+/// the term's state of deleted ones ([`forget_deleted`]), and yields the NodeWrights whose change
+/// should wake a pass ([`trigger_relevant`]).
+pub fn nodewright_feed(
+    ctx: Arc<Context>,
+    writer: Writer<NodeWright>,
+) -> impl Stream<Item = Result<NodeWright, watcher::Error>> + Send {
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &ctx.options.nodewright_selector {
+        config = config.labels(selector);
     }
+    reflector(
+        writer,
+        watcher(Api::<NodeWright>::all(ctx.client.clone()), config)
+            .default_backoff()
+            .modify(nodewright_core::stored::trim_nodewright),
+    )
+    .inspect_ok(move |event| forget_deleted(&ctx, event))
+    .applied_objects()
+    .predicate_filter(trigger_relevant, PredicateConfig::default())
 }
 
 /// Drops the term's state of the NodeWrights a watch event says are gone: the deleted one, or
@@ -141,7 +161,7 @@ mod tests {
             ..NodeWrightStatus::default()
         });
         let before = trigger_relevant(&nw);
-        trim(&mut nw);
+        nodewright_core::stored::trim_nodewright(&mut nw);
         assert!(nw.status.as_ref().is_some_and(|s| s.node_state.is_empty()));
         // The pass's own outputs: no trigger.
         if let Some(s) = nw.status.as_mut() {

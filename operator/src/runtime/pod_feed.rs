@@ -10,7 +10,7 @@ use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use nodewright_core::jobs::outcome::{image_pull_wait, is_genuine_failure};
+use nodewright_core::jobs::classify::{image_pull_wait, is_genuine_failure};
 use nodewright_core::jobs::stored::StoredPod;
 
 /// Whether the store keeps `pod`: a genuine failure, or a live attempt waiting on an image.

@@ -10,8 +10,7 @@ use nodewright_core::jobs::read::Recorded;
 use nodewright_shared::keys;
 use serde_json::json;
 
-use super::{WriteError, Writer, failed};
-use crate::error::ReconcileError;
+use super::{WriteError, WriteFailed, Writer, failed};
 
 impl Writer {
     fn jobs(&self) -> Result<Api<Job>, WriteError> {
@@ -38,7 +37,7 @@ impl Writer {
     }
 
     /// Deletes the Job `name` and its pods ([`Writer::delete_job`]); gone already is fine.
-    pub async fn remove_job(&self, name: &str) -> Result<(), ReconcileError> {
+    pub async fn remove_job(&self, name: &str) -> Result<(), WriteFailed> {
         match self.delete_job(name).await {
             Ok(()) => {
                 info!(job = %name, "deleted Job");
@@ -64,7 +63,7 @@ impl Writer {
         name: &str,
         outcome: Recorded,
         ttl_seconds: i32,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), WriteFailed> {
         let patch = json!({
             "metadata": {"annotations": {keys::STATE_RECORDED_ANNOTATION: outcome.as_str()}},
             "spec": {"ttlSecondsAfterFinished": ttl_seconds},

@@ -26,8 +26,6 @@ pub use nodes::{NodeWriteError, Unchanged};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ReconcileError;
-
 /// Why a write was not done.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -48,20 +46,52 @@ impl WriteError {
         }
     }
 
-    /// Into the reconcilers' error, naming what was being written.
-    pub fn context(self, action: impl Into<String>) -> ReconcileError {
+    /// Names what was being written.
+    pub fn context(self, action: impl Into<String>) -> WriteFailed {
+        let action = action.into();
         match self {
-            WriteError::TermEnded => ReconcileError::TermEnded,
-            WriteError::Api(source) => ReconcileError::Api {
-                action: action.into(),
-                source,
-            },
+            WriteError::TermEnded => WriteFailed::TermEnded { action },
+            WriteError::Api(source) => WriteFailed::Api { action, source },
         }
     }
 }
 
-/// Maps a [`WriteError`] into a [`ReconcileError`] naming `action` (for `map_err`).
-pub fn failed(action: impl Into<String>) -> impl FnOnce(WriteError) -> ReconcileError {
+/// A write that failed, naming what was being written: what the writer's composite methods
+/// return. The writes layer owns it; the reconcilers' error converts from it, so this layer does
+/// not depend on the layers above.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteFailed {
+    /// The leadership term ended: the request was not sent.
+    #[error("the leadership term ended; not {action}")]
+    TermEnded {
+        /// What would have been written.
+        action: String,
+    },
+    /// The apiserver refused or failed the request.
+    #[error("{action}: {source}")]
+    Api {
+        /// What was being written, naming the object.
+        action: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The body could not be serialised.
+    #[error("{action}: {source}")]
+    Json {
+        /// What was being written.
+        action: String,
+        /// The error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A node write failed.
+    #[error(transparent)]
+    Node(#[from] NodeWriteError),
+}
+
+/// Names `action` in a [`WriteError`] (for `map_err`).
+pub fn failed(action: impl Into<String>) -> impl FnOnce(WriteError) -> WriteFailed {
     let action = action.into();
     move |e| e.context(action)
 }
@@ -154,7 +184,7 @@ mod tests {
         ));
         assert!(matches!(
             WriteError::TermEnded.context("x"),
-            ReconcileError::TermEnded
+            WriteFailed::TermEnded { .. }
         ));
     }
 }

@@ -6,8 +6,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use nodewright_core::node::edit::{NodeEdit, node_patch};
 
-use super::{WriteError, Writer};
-use crate::error::ReconcileError;
+use super::{WriteError, WriteFailed, Writer};
 
 /// Why a node write failed.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +107,7 @@ impl Writer {
         &self,
         node: &Node,
         patch: Option<serde_json::Value>,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<(), WriteFailed> {
         let Some(body) = patch else {
             return Ok(());
         };
@@ -138,11 +137,14 @@ const NODE_WRITE_ATTEMPTS: usize = 5;
 
 impl Writer {
     /// Reads the node `name` from the API server (not a cache); `None` when it is gone.
-    pub async fn read_node(&self, name: &str) -> Result<Option<Node>, ReconcileError> {
+    pub async fn read_node(&self, name: &str) -> Result<Option<Node>, WriteFailed> {
         Api::<Node>::all(self.client.clone())
             .get_opt(name)
             .await
-            .map_err(ReconcileError::api(format!("reading node {name}")))
+            .map_err(|source| WriteFailed::Api {
+                action: format!("reading node {name}"),
+                source,
+            })
     }
 
     /// The one node writer with the conflict-retry loop, used by the rollout and the outcome
@@ -156,7 +158,7 @@ impl Writer {
         node: &Node,
         unchanged: Unchanged,
         mut edit: impl FnMut(&Node) -> Option<NodeEdit>,
-    ) -> Result<Option<Node>, ReconcileError> {
+    ) -> Result<Option<Node>, WriteFailed> {
         let name = node.name_any();
         let mut current = node.clone();
         let mut fresh = false;

@@ -7,8 +7,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodewright_shared::api::{NodeWright, NodeWrightStatus};
 use serde::Serialize;
 
-use super::{WriteError, Writer, memo};
-use crate::error::ReconcileError;
+use super::{WriteError, WriteFailed, Writer, memo};
 
 /// The prefix of the memo keys of the per-node records a NodeWright's status holds.
 const NODE_STATE_KEY: &str = "nodewright-node-state/";
@@ -66,13 +65,13 @@ impl Writer {
     ///
     /// The body is serialized straight to bytes (the status of a large fleet is a megabyte of
     /// JSON: no value tree of it is built). Returns the object as written, trimmed as the store
-    /// keeps it ([`crate::runtime::nodewrights::trim`]); its new resourceVersion guards the next
+    /// keeps it ([`nodewright_core::stored::trim_nodewright`]); its new resourceVersion guards the next
     /// write of the same pass, and [`Writer::fresher`] serves it until the store catches up.
     pub async fn replace_nodewright_status(
         &self,
         nodewright: &NodeWright,
         status: &NodeWrightStatus,
-    ) -> Result<NodeWright, ReconcileError> {
+    ) -> Result<NodeWright, WriteFailed> {
         let name = nodewright.name_any();
         let client = self.gate().map_err(super::failed(format!(
             "writing the status of NodeWright {name}"
@@ -91,14 +90,14 @@ impl Writer {
             object: &body,
             status,
         })
-        .map_err(|source| ReconcileError::Json {
-            what: action(),
+        .map_err(|source| WriteFailed::Json {
+            action: action(),
             source,
         })?;
         let url = <NodeWright as kube::Resource>::url_path(&(), None);
         let request = kube::core::Request::new(url)
             .replace_subresource("status", &name, &PostParams::default(), bytes)
-            .map_err(|e| ReconcileError::Api {
+            .map_err(|e| WriteFailed::Api {
                 action: action(),
                 source: kube::Error::BuildRequest(e),
             })?;
@@ -106,14 +105,14 @@ impl Writer {
             client
                 .request(request)
                 .await
-                .map_err(|source| ReconcileError::Api {
+                .map_err(|source| WriteFailed::Api {
                     action: action(),
                     source,
                 })?;
         self.memo
             .remember(node_state_key(&name), memo::stamp_json(&status.node_state));
         let mut trimmed = written;
-        crate::runtime::nodewrights::trim(&mut trimmed);
+        nodewright_core::stored::trim_nodewright(&mut trimmed);
         if let (Ok(mut written), Some(replaced)) = (
             self.written.lock(),
             nodewright.metadata.resource_version.clone(),
@@ -211,7 +210,7 @@ impl Writer {
         field: &str,
         old: &std::collections::BTreeMap<String, V>,
         new: &std::collections::BTreeMap<String, V>,
-    ) -> Result<NodeWright, ReconcileError> {
+    ) -> Result<NodeWright, WriteFailed> {
         let name = nodewright.name_any();
         let action = || format!("writing status.{field} of NodeWright {name}");
         let mut entries = serde_json::Map::new();
@@ -219,8 +218,8 @@ impl Writer {
             entries.insert(key.clone(), serde_json::Value::Null);
         }
         for (key, value) in new {
-            let value = serde_json::to_value(value).map_err(|source| ReconcileError::Json {
-                what: action(),
+            let value = serde_json::to_value(value).map_err(|source| WriteFailed::Json {
+                action: action(),
                 source,
             })?;
             entries.insert(key.clone(), value);
@@ -239,7 +238,7 @@ impl Writer {
         nodewright: &NodeWright,
         status: serde_json::Map<String, serde_json::Value>,
         action: &str,
-    ) -> Result<NodeWright, ReconcileError> {
+    ) -> Result<NodeWright, WriteFailed> {
         let name = nodewright.name_any();
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": nodewright.metadata.resource_version},
@@ -249,11 +248,11 @@ impl Writer {
         let mut written = Api::<NodeWright>::all(client.clone())
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map_err(|source| ReconcileError::Api {
+            .map_err(|source| WriteFailed::Api {
                 action: action.to_owned(),
                 source,
             })?;
-        crate::runtime::nodewrights::trim(&mut written);
+        nodewright_core::stored::trim_nodewright(&mut written);
         Ok(written)
     }
 }

@@ -28,7 +28,7 @@
 
 use serde_json::{Value, json};
 
-use super::package::{PACKAGE_NAME_PATTERN, PACKAGE_VERSION_PATTERN};
+use super::patterns::{PACKAGE_NAME_PATTERN, PACKAGE_VERSION_PATTERN};
 
 /// A CEL expression that binds to `var` the smallest element of the list of strings `offenders`
 /// and evaluates to `message` (which may use `var`). `var` must not be used by the enclosing

@@ -8,6 +8,7 @@ mod health_gates;
 mod history;
 mod nodewright;
 mod package;
+mod patterns;
 mod policy;
 mod status;
 
@@ -22,9 +23,10 @@ pub use nodewright::{
     NodeWrightSpec, Sequencing,
 };
 pub use package::{
-    GO_DURATION_PATTERN, Interrupt, InterruptType, MAX_DEPENDS_ON, PACKAGE_NAME_PATTERN,
-    PACKAGE_VERSION_PATTERN, Package, PackageResources, Uninstall,
+    GO_DURATION_PATTERN, Interrupt, InterruptType, MAX_DEPENDS_ON, Package, PackageResources,
+    Uninstall,
 };
+pub use patterns::{PACKAGE_NAME_PATTERN, PACKAGE_VERSION_PATTERN};
 pub use policy::{
     BatchParameters, Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy,
     DeploymentPolicySpec, DeploymentStrategy, ExponentialStrategy, LinearStrategy, MAX_SOAK_HOURS,

@@ -11,18 +11,6 @@ use serde::{Deserialize, Serialize};
 /// budget as [`super::MAX_PACKAGES`].
 pub const MAX_DEPENDS_ON: usize = 100;
 
-/// The pattern every package name (the key of `spec.packages`) must match: 2 to 43 characters of
-/// lowercase letters, digits and `-`, starting and ending with a letter. Container names are derived
-/// from it, so the limit is upstream's.
-pub const PACKAGE_NAME_PATTERN: &str = "^[a-z][-a-z0-9]{0,41}[a-z]$";
-
-/// The shape of a package version as the webhook accepts it, as a regular expression (for CEL): a
-/// semantic version in Go's grammar (optional `v`, `MAJOR[.MINOR[.PATCH]]`, a `-PRERELEASE` only after
-/// PATCH, no leading zeros) without `+BUILD` (the version is part of label values, where `+` is not
-/// allowed). The CRD adds "does not end in `-`" (label values end alphanumeric). So no space, `/` or
-/// `..` reaches the host paths and labels built from it even when the webhook is not asked.
-pub const PACKAGE_VERSION_PATTERN: &str = r"^v?(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)(-(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(\.(0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*)?)?)?$";
-
 /// Go duration syntax as a regular expression (for CEL and OpenAPI): `0`, or one or more
 /// `<number><unit>` with units ns, us, µs, μs, ms, s, m, h, optionally signed. The webhook and the
 /// operator parse with the exact Go algorithm ([`crate::duration`]); this only catches the shape.

@@ -12,6 +12,7 @@
 
 mod blast_radius;
 pub mod cluster;
+pub mod env;
 pub mod findings;
 mod graph;
 mod health_gates;

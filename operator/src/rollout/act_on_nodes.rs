@@ -26,7 +26,7 @@ use nodewright_shared::api::{NodeWright, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::NodeState;
 
-use super::node_work::{self, NodeWork};
+use super::advance_node::{self, NodeWork};
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::writes::Unchanged;
@@ -216,7 +216,7 @@ async fn act_on_node(
             let state = work.state.clone();
             // Uninstalls on deletion pass no gates: the NodeWright is going away.
             let gates = input.health_gates.filter(|_| !input.deleting);
-            let advanced = node_work::advance(
+            let advanced = advance_node::advance(
                 ctx,
                 input.nodewright,
                 *work,
@@ -258,7 +258,7 @@ async fn act_on_node(
             };
             let result = match mark_node(ctx, &node, &marked).await {
                 // Marked only once their outcomes are in the node's records.
-                Ok(true) => node_work::mark_absorbed(ctx, &absorbed).await,
+                Ok(true) => advance_node::mark_absorbed(ctx, &absorbed).await,
                 Ok(false) => Ok(()),
                 Err(e) => Err(e),
             };
@@ -312,7 +312,7 @@ async fn sync_conditions(
             Timestamp::now(),
         );
         if let Err(e) = ctx.writer.patch_node_conditions(&node, patch).await {
-            done.error.get_or_insert(e);
+            done.error.get_or_insert(e.into());
         }
     }
     done

@@ -1,4 +1,5 @@
-//! Outcomes of stage attempts and Jobs (DESIGN §4.4).
+//! Classifying stage attempts and Jobs into outcomes (DESIGN §4.4); the operator's `outcomes`
+//! reconciler records what this decides.
 //!
 //! One predicate, [`is_genuine_failure`], decides whether an attempt failed because of the package (or
 //! its time bound) rather than because of the cluster. Every path uses it: the live Pod watch (mark a
@@ -16,7 +17,9 @@ pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 /// The kubelet's placeholder for a container whose real status it lost (exit code 137).
 pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
-const CONTAINER_STATUS_UNKNOWN_EXIT_CODE: i32 = 137;
+/// SIGKILL's exit code (128 + 9): the kubelet's `ContainerStatusUnknown` placeholder says a lost
+/// container was killed, and a reboot kills the interrupt container.
+const SIGKILL_EXIT_CODE: i32 = 137;
 
 /// A finished (or stuck) Job's outcome, for the Job watch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,8 +73,9 @@ pub fn is_admission_rejection(pod: &StoredPod) -> bool {
 /// The one genuine-failure predicate (DESIGN §4.4). A disrupted pod never failed genuinely. Otherwise
 /// the pod failed genuinely when it is Failed with reason `DeadlineExceeded` (its own time bound), or
 /// when any init or regular container's current state is terminated with a non-zero exit code that
-/// is not the kubelet's `ContainerStatusUnknown`/137 placeholder. A Failed pod with no container
-/// statuses (kubelet admission rejection such as `OutOfcpu` or `NodeAffinity`) is not genuine.
+/// is not the kubelet's `ContainerStatusUnknown`/137 placeholder, nor the interrupt container
+/// killed by its own reboot ([`terminated_with_failure`]). A Failed pod with no container statuses
+/// (kubelet admission rejection such as `OutOfcpu` or `NodeAffinity`) is not genuine.
 ///
 /// Only the current state counts, not `lastState`: for an interrupt pod (`OnFailure`) a reboot leaves
 /// a killed container behind in `lastState`, which is the expected path, not a failure.
@@ -94,8 +98,9 @@ pub fn is_genuine_failure(pod: &StoredPod) -> bool {
 }
 
 /// A container whose current state is terminated with a non-zero exit code that is not the kubelet's
-/// `ContainerStatusUnknown`/137 placeholder (a status it lost, not a run that failed): it ran and
-/// failed, so its log holds evidence.
+/// `ContainerStatusUnknown`/137 placeholder (a status it lost, not a run that failed), nor the
+/// interrupt container killed by the reboot it asked for: it ran and failed, so its log holds
+/// evidence.
 pub fn terminated_with_failure(container: &StoredContainerStatus) -> bool {
     container
         .state
@@ -104,8 +109,27 @@ pub fn terminated_with_failure(container: &StoredContainerStatus) -> bool {
         .is_some_and(|t| {
             t.exit_code != 0
                 && !(t.reason.as_deref() == Some(CONTAINER_STATUS_UNKNOWN)
-                    && t.exit_code == CONTAINER_STATUS_UNKNOWN_EXIT_CODE)
+                    && t.exit_code == SIGKILL_EXIT_CODE)
+                && !killed_by_reboot(&container.name, t.exit_code, t.reason.as_deref())
         })
+}
+
+/// The container runtime's exit code and reason for a container whose task it lost (containerd's
+/// CRI after a restart of the host: the process is gone and its exit status with it).
+const RUNTIME_LOST_EXIT_CODE: i32 = 255;
+const RUNTIME_LOST_REASON: &str = "Unknown";
+/// The kubelet's reason for a container the kernel's OOM killer ended (also exit 137).
+const OOM_KILLED: &str = "OOMKilled";
+
+/// The interrupt container ended the way a reboot ends it: killed (SIGKILL, not by the OOM killer)
+/// or lost by the runtime across the reboot (255, `Unknown`). Until the kubelet of the new boot
+/// restarts it in place (`OnFailure`), this is its *current* state, and a watch can see it (a real
+/// reboot on a real node showed it): counting it would mark a reboot that went as planned erroring.
+/// A failed interrupt command exits with its own code and still counts.
+fn killed_by_reboot(container: &str, exit_code: i32, reason: Option<&str>) -> bool {
+    container == crate::naming::INTERRUPT_CONTAINER_NAME
+        && ((exit_code == RUNTIME_LOST_EXIT_CODE && reason == Some(RUNTIME_LOST_REASON))
+            || (exit_code == SIGKILL_EXIT_CODE && reason != Some(OOM_KILLED)))
 }
 
 /// The last time the Job's `Suspended` condition changed (either way: suspended, or resumed).
@@ -408,6 +432,36 @@ mod tests {
                     json!({"status": {"phase": "Failed", "initContainerStatuses": [
                     terminated("dax-apply", 137, "OOMKilled")]}}),
                 ),
+                true,
+            ),
+            (
+                "the interrupt container killed by its reboot (SIGKILL), before its restart",
+                pod(json!({"status": {"phase": "Running", "containerStatuses": [
+                    terminated("interrupt", 137, "Error")]}})),
+                false,
+            ),
+            (
+                "the interrupt container lost by the runtime across its reboot",
+                pod(json!({"status": {"phase": "Running", "containerStatuses": [
+                    terminated("interrupt", 255, "Unknown")]}})),
+                false,
+            ),
+            (
+                "the interrupt command failing is genuine",
+                pod(json!({"status": {"phase": "Running", "containerStatuses": [
+                    terminated("interrupt", 1, "Error")]}})),
+                true,
+            ),
+            (
+                "the interrupt container OOM-killed is genuine",
+                pod(json!({"status": {"phase": "Running", "containerStatuses": [
+                    terminated("interrupt", 137, "OOMKilled")]}})),
+                true,
+            ),
+            (
+                "a package stage killed (SIGKILL) is genuine",
+                pod(json!({"status": {"phase": "Failed", "containerStatuses": [
+                    terminated("dax-apply", 137, "Error")]}})),
                 true,
             ),
             (

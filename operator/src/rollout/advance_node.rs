@@ -12,7 +12,7 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{NodeState, Stage, State};
 use tracing::{debug, info};
 
-use super::configmaps;
+use super::configmap_sync;
 use crate::context::Context;
 use crate::error::ReconcileError;
 use crate::writes::NodeWriteError;
@@ -125,7 +125,7 @@ pub async fn advance(
         }
         let cleared = cleared_timeouts(nodewright, &state, &p);
         if !cleared.is_empty()
-            && super::job_ops::any_exists(ctx, &timed_out_jobs(&nw, &name, &cleared)).await?
+            && super::job_lifecycle::any_exists(ctx, &timed_out_jobs(&nw, &name, &cleared)).await?
         {
             // A timed-out stage's Job is still there: the Job store has not caught up. Its record
             // stays erroring and the Job stays as the evidence; the store's event re-plans.
@@ -542,14 +542,14 @@ async fn execute(
         .iter()
         .any(|c| matches!(c, Creation::Package { .. }))
     {
-        configmaps::apply_node_metadata(
+        configmap_sync::apply_node_metadata(
             &ctx.writer,
             nodewright,
             node,
             &ctx.config.jobs.agent_image,
         )
         .await?;
-        configmaps::delete_legacy_node_metadata(ctx, nodewright, node).await?;
+        configmap_sync::delete_legacy_node_metadata(ctx, nodewright, node).await?;
     }
     for creation in &p.create {
         let disruptive = matches!(
@@ -626,7 +626,7 @@ async fn execute(
             }
         };
         let job_name = job.name_any();
-        super::job_ops::create(ctx, job).await?;
+        super::job_lifecycle::create(ctx, job).await?;
         let (package, stage) = match creation {
             Creation::Package { key, stage, .. } => (key.as_str(), *stage),
             Creation::Interrupt { merged, stage } => (merged.owner.as_str(), *stage),

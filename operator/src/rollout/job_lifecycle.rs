@@ -97,7 +97,9 @@ pub async fn create(ctx: &Context, mut job: Job) -> Result<(), ReconcileError> {
             }
             Ok(())
         }
-        Err(e) => Err(e.context(format!("creating Job {}/{name}", ctx.config.jobs.namespace))),
+        Err(e) => Err(e
+            .context(format!("creating Job {}/{name}", ctx.config.jobs.namespace))
+            .into()),
     }
 }
 
@@ -144,7 +146,7 @@ pub async fn replace_drifted(
         if job.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let interrupt = nodewright_core::jobs::outcome::is_interrupt_job(job);
+        let interrupt = nodewright_core::jobs::classify::is_interrupt_job(job);
         let finished = is_finished(job);
         let timed_out = recorded(job) == Some(Recorded::TimedOut);
         if (finished || interrupt) && !timed_out {
