@@ -8,7 +8,7 @@
 # is a violation. Prints a table: trials, faults injected by kind, invariant violations (must be
 # 0), rollout time with faults vs without, peak RSS of the operator and the apiserver, and each
 # service's peak memory against its limit. The suite is operator/tests/chaos.rs; its CI variant
-# (5 trials, 30 nodes) runs in `cargo test`.
+# (3 trials, 30 nodes) runs in `cargo test`.
 #
 #   tests/chaos/run.sh [TRIALS] [NODES]
 #   NODEWRIGHT_CHAOS_SEED=N      replay a run (the seed is printed at the start)

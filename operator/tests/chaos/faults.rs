@@ -321,13 +321,10 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     pub fn new(cluster_name: &str) -> Self {
-        let cache = std::env::var_os("NODEWRIGHT_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                    .join(".cache/nodewright")
-            });
-        let pids = cache.join("kwok/clusters").join(cluster_name).join("pids");
+        let pids = nodewright_e2e::cache_root()
+            .join("kwok/clusters")
+            .join(cluster_name)
+            .join("pids");
         let mut plane = ControlPlane {
             pids,
             launches: Vec::new(),

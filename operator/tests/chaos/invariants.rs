@@ -65,6 +65,20 @@ fn cordoned(node: &Node) -> bool {
     node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
 }
 
+/// The node condition the trial's health gate waits for; the test's validator ([`validate`]) sets
+/// it True on a node once the node waits at its gate.
+pub const VALIDATED: &str = "ChaosValidated";
+
+fn validated(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == VALIDATED && c.status == "True")
+        })
+}
+
 fn revision(meta_rv: Option<&String>) -> u64 {
     meta_rv.and_then(|rv| rv.parse().ok()).unwrap_or(0)
 }
@@ -82,8 +96,8 @@ impl Record {
     fn node(&mut self, node: &Node) {
         if cordoned(node) {
             self.cordoned.insert(node.name_any());
-        } else {
-            self.cordoned.remove(&node.name_any());
+        } else if self.cordoned.remove(&node.name_any()) {
+            self.released(node);
         }
         self.max_cordoned = self.max_cordoned.max(self.cordoned.len());
         self.node_state(node);
@@ -93,6 +107,11 @@ impl Record {
     /// replaced at once (applying it node by node could count a node cordoned in the gap before
     /// one uncordoned in the gap is seen).
     fn relisted(&mut self, nodes: &[Node]) {
+        for node in nodes {
+            if !cordoned(node) && self.cordoned.contains(&node.name_any()) {
+                self.released(node);
+            }
+        }
         self.cordoned = nodes
             .iter()
             .filter(|n| cordoned(n))
@@ -101,6 +120,18 @@ impl Record {
         self.max_cordoned = self.max_cordoned.max(self.cordoned.len());
         for node in nodes {
             self.node_state(node);
+        }
+    }
+
+    /// A node seen uncordoned after it was cordoned: its health gate must have passed (the
+    /// condition never goes back to False, so a version from a relist after the gap still tells).
+    fn released(&mut self, node: &Node) {
+        if !validated(node) {
+            self.violations.push(format!(
+                "{}: uncordoned (rv {}) before its health gate passed",
+                node.name_any(),
+                revision(node.metadata.resource_version.as_ref())
+            ));
         }
     }
 
@@ -245,6 +276,46 @@ impl Record {
     pub fn cordoned(&self) -> &BTreeSet<String> {
         &self.cordoned
     }
+}
+
+/// The trial's validator: every node waiting at the NodeWright `nodewright`'s health gate gets the
+/// condition [`VALIDATED`] True (a strategic merge of its status), until aborted. It looks at the
+/// nodes every half second (a list, not a watch: a patch a fault made fail is retried on the next
+/// look, whether or not the node changes meanwhile).
+pub fn validate(client: &kube::Client, nodewright: &str) -> tokio::task::JoinHandle<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mark = keys::gates_key(nodewright);
+    tokio::spawn(async move {
+        loop {
+            let waiting: Vec<String> = nodes
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| n.annotations().contains_key(&mark) && !validated(n))
+                .map(|n| n.name_any())
+                .collect();
+            for name in waiting {
+                let now = k8s_openapi::jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string();
+                let patch = serde_json::json!({"status": {"conditions": [{
+                    "type": VALIDATED, "status": "True", "reason": "Validated",
+                    "message": "the chaos test's validator", "lastTransitionTime": now,
+                    "lastHeartbeatTime": now
+                }]}});
+                let _ = nodes
+                    .patch_status(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Strategic(patch),
+                    )
+                    .await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    })
 }
 
 /// Watches nodes and the trial's Jobs into `record` until aborted.
