@@ -21,20 +21,78 @@ use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_core::rollout::selection::NodeSelection;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use serde_json::Value;
-use tracing::warn;
+use tracing::{info, warn};
 
-use crate::rules::cluster::ClusterView;
+use crate::rules::cluster::{ClusterView, PolicyAtSource, PolicyLookup};
+use crate::rules::env::EnvNames;
 
 /// The webhook's cluster view, backed by three reflector stores.
 #[derive(Clone)]
 pub struct ClusterCache {
     policies: Store<DynamicObject>,
+    /// DeploymentPolicies at the source, for the one read a policy the store has not seen yet
+    /// costs ([`ClusterView::look_up_policy`]).
+    policy_api: Api<DynamicObject>,
     nodewrights: Store<DynamicObject>,
     nodes: Store<PartialObjectMeta<Node>>,
     /// The node store has listed. Readiness does not wait for it: the nodes only feed warnings,
     /// and admission (the emergency pause among it) must not depend on them, e.g. when the
     /// webhook may not list nodes (an older ClusterRole); until then no blast-radius warning.
     nodes_listed: Arc<std::sync::atomic::AtomicBool>,
+    /// Which environment variable names the kube-apiserver accepts ([`follow_server_version`]):
+    /// [`ENV_NAMES_UNKNOWN`] until its version has been read, then strict or relaxed.
+    env_names: Arc<std::sync::atomic::AtomicU8>,
+}
+
+/// How often the apiserver's version is read again: a control-plane upgrade (1.31 to 1.32) changes
+/// which environment variable names it accepts.
+const VERSION_RECHECK: std::time::Duration = std::time::Duration::from_secs(600);
+/// [`ClusterCache::env_names`] before the apiserver's version was read.
+const ENV_NAMES_UNKNOWN: u8 = 0;
+const ENV_NAMES_STRICT: u8 = 1;
+const ENV_NAMES_RELAXED: u8 = 2;
+/// How soon a failed read of the version is retried.
+const VERSION_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long admission waits for the read of a DeploymentPolicy the store has not seen: well within
+/// the apiserver's webhook timeout (the chart's `timeoutSeconds`), so a slow read answers "not
+/// found" instead of failing the request.
+const POLICY_LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads the kube-apiserver's `/version` now and every [`VERSION_RECHECK`], and records whether it
+/// accepts the relaxed environment variable names. Until the first read succeeds (and when the
+/// version is not one to reason about), the strict names, which every supported minor accepts, are
+/// required.
+async fn follow_server_version(client: kube::Client, env_names: Arc<std::sync::atomic::AtomicU8>) {
+    let mut known: Option<EnvNames> = None;
+    loop {
+        let wait = match client.apiserver_version().await {
+            Ok(info) => {
+                let rule = EnvNames::for_server(&info.major, &info.minor);
+                if rule.is_none() {
+                    warn!(
+                        kubernetes = %info.git_version,
+                        "unexpected kube-apiserver version; package environment variable names are checked with the rule every supported minor accepts"
+                    );
+                }
+                let rule = rule.unwrap_or_default();
+                if known != Some(rule) {
+                    info!(kubernetes = %info.git_version, env_names = ?rule, "package environment variable names are checked as this kube-apiserver checks them");
+                    known = Some(rule);
+                }
+                let value = match rule {
+                    EnvNames::Strict => ENV_NAMES_STRICT,
+                    EnvNames::Relaxed => ENV_NAMES_RELAXED,
+                };
+                env_names.store(value, std::sync::atomic::Ordering::SeqCst);
+                VERSION_RECHECK
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read the kube-apiserver's version; package environment variable names are checked with the rule every supported minor accepts until it can");
+                VERSION_RETRY
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// Keeps a DeploymentPolicy's spec and name.
@@ -74,17 +132,17 @@ fn trim_nodewright(obj: &mut DynamicObject) {
 impl ClusterCache {
     /// Starts both reflectors on the runtime; they run (and retry with backoff) until the process ends.
     pub fn start(client: kube::Client) -> Self {
+        let env_names = Arc::new(std::sync::atomic::AtomicU8::new(ENV_NAMES_UNKNOWN));
+        tokio::spawn(follow_server_version(client.clone(), env_names.clone()));
         let policy_resource = ApiResource::erase::<DeploymentPolicy>(&());
         let policy_writer = reflector::store::Writer::<DynamicObject>::new(policy_resource.clone());
         let policies = policy_writer.as_reader();
+        let policy_api = Api::<DynamicObject>::all_with(client.clone(), &policy_resource);
         let policy_stream = reflector::reflector(
             policy_writer,
-            watcher::watcher(
-                Api::<DynamicObject>::all_with(client.clone(), &policy_resource),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .modify(trim_policy),
+            watcher::watcher(policy_api.clone(), watcher::Config::default())
+                .default_backoff()
+                .modify(trim_policy),
         );
         tokio::spawn(drain("deploymentpolicies", policy_stream));
 
@@ -124,17 +182,24 @@ impl ClusterCache {
         tokio::spawn(drain("nodewrights", nw_stream));
         ClusterCache {
             policies,
+            policy_api,
             nodewrights,
             nodes,
             nodes_listed,
+            env_names,
         }
     }
 
     /// Resolves once the stores admission depends on (policies, NodeWrights) have completed their
-    /// first list.
+    /// first list and the apiserver's version has been read (which environment variable names are
+    /// admitted depends on it).
     pub async fn synced(&self) -> bool {
-        self.policies.wait_until_ready().await.is_ok()
-            && self.nodewrights.wait_until_ready().await.is_ok()
+        let synced = self.policies.wait_until_ready().await.is_ok()
+            && self.nodewrights.wait_until_ready().await.is_ok();
+        while self.env_names.load(std::sync::atomic::Ordering::SeqCst) == ENV_NAMES_UNKNOWN {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        synced
     }
 
     /// Resolves once the node store has listed too (tests and tools that want the warnings).
@@ -170,6 +235,15 @@ where
     }
 }
 
+/// The DeploymentPolicy `name` from its stored (trimmed) form; `None` when its spec does not
+/// decode.
+fn as_policy(name: &str, stored: &DynamicObject) -> Option<DeploymentPolicy> {
+    let spec = serde_json::from_value(stored.data.get("spec")?.clone()).ok()?;
+    let mut policy = DeploymentPolicy::new(name, spec);
+    policy.metadata.resource_version = stored.metadata.resource_version.clone();
+    Some(policy)
+}
+
 /// A node as the rules read it: its name and labels.
 fn as_node(meta: &PartialObjectMeta<Node>) -> Node {
     Node {
@@ -183,16 +257,41 @@ fn as_node(meta: &PartialObjectMeta<Node>) -> Node {
 }
 
 impl ClusterView for ClusterCache {
+    fn env_names(&self) -> EnvNames {
+        match self.env_names.load(std::sync::atomic::Ordering::SeqCst) {
+            ENV_NAMES_RELAXED => EnvNames::Relaxed,
+            _ => EnvNames::Strict,
+        }
+    }
+
     fn policy_exists(&self, name: &str) -> bool {
         self.stored_policy(name).is_some()
     }
 
     fn policy(&self, name: &str) -> Option<DeploymentPolicy> {
-        let stored = self.stored_policy(name)?;
-        let spec = serde_json::from_value(stored.data.get("spec")?.clone()).ok()?;
-        let mut policy = DeploymentPolicy::new(name, spec);
-        policy.metadata.resource_version = stored.metadata.resource_version.clone();
-        Some(policy)
+        as_policy(name, &*self.stored_policy(name)?)
+    }
+
+    fn look_up_policy(&self, name: &str) -> Option<PolicyLookup<'_>> {
+        let name = name.to_owned();
+        Some(Box::pin(async move {
+            match tokio::time::timeout(POLICY_LOOKUP_TIMEOUT, self.policy_api.get_opt(&name)).await
+            {
+                Ok(Ok(Some(mut found))) => {
+                    trim_policy(&mut found);
+                    PolicyAtSource::Exists(as_policy(&name, &found).map(Box::new))
+                }
+                Ok(Ok(None)) => PolicyAtSource::Missing,
+                Ok(Err(e)) => {
+                    warn!(policy = %name, error = %e, "cannot read a DeploymentPolicy the cache has not seen; answering from the cache");
+                    PolicyAtSource::Missing
+                }
+                Err(_) => {
+                    warn!(policy = %name, timeout = ?POLICY_LOOKUP_TIMEOUT, "reading a DeploymentPolicy the cache has not seen timed out; answering from the cache");
+                    PolicyAtSource::Missing
+                }
+            }
+        }))
     }
 
     fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
@@ -239,9 +338,15 @@ pub struct StaticView {
     pub policy_specs: Vec<DeploymentPolicy>,
     /// Nodes (`None`: the view knows no nodes, so no blast-radius warning).
     pub nodes: Option<Vec<Node>>,
+    /// The environment variable names the (imagined) apiserver accepts.
+    pub env_names: EnvNames,
 }
 
 impl ClusterView for StaticView {
+    fn env_names(&self) -> EnvNames {
+        self.env_names
+    }
+
     fn policy_exists(&self, name: &str) -> bool {
         self.policies.iter().any(|p| p == name)
             || self

@@ -14,10 +14,11 @@ use nodewright_shared::defaults::OperatorDefaults;
 use tower_http::timeout::TimeoutLayer;
 use tracing::{Instrument, info, info_span};
 
-use crate::admission::{self, Webhook};
+use crate::admission::Webhook;
 use crate::cache::SharedView;
 use crate::metrics::{Metrics, RequestLabels, WebhookLabel};
 use crate::rules::Restrictions;
+use crate::second_look;
 use crate::shed::{self, InFlight, InFlightLimits};
 use crate::tls::CertStore;
 
@@ -78,13 +79,14 @@ async fn admit(webhook: Webhook, state: Arc<AppState>, body: Bytes) -> Response 
         uid = tracing::field::Empty
     );
     async move {
-        let answer = admission::review_restricted(
+        let answer = second_look::review(
             webhook,
             &body,
             &state.defaults,
             &state.restrictions,
             state.cluster.as_ref(),
-        );
+        )
+        .await;
         let uid = answer
             .review
             .response

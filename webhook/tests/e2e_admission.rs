@@ -277,6 +277,21 @@ fn nodewright(name: &str, image: &str, extra: &str, spec_extra: &str) -> String 
     )
 }
 
+/// A webhook started with `env` against `cluster`, ready and registered with its apiserver, and
+/// its directory (certificates, configurations), which the caller keeps alive as long as the
+/// webhook runs.
+async fn registered_webhook(
+    cluster: &Cluster,
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, support::Webhook) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = write_certs(dir.path());
+    let webhook = start_webhook(cluster.kubeconfig_path(), dir.path(), env);
+    wait_ready(&webhook, &ca).await;
+    register(cluster, &webhook, &ca, dir.path()).await;
+    (dir, webhook)
+}
+
 /// Registers `webhook` with the cluster and waits until the apiserver calls it.
 async fn register(cluster: &Cluster, webhook: &support::Webhook, ca: &str, dir: &std::path::Path) {
     let configs = dir.join("webhooks.yaml");
@@ -325,13 +340,10 @@ async fn kubectl_apply_meets_the_administrators_restrictions() {
     })
     .await
     .expect("local control plane starts");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca = write_certs(dir.path());
     // As the chart renders the values admission.allowedImages=[ghcr.io/acme/*, docker.io/library/*]
     // and (default) admission.allowControlPlaneNodes=false.
-    let webhook = start_webhook(
-        cluster.kubeconfig_path(),
-        dir.path(),
+    let (_certs, webhook) = registered_webhook(
+        &cluster,
         &[
             (
                 "WEBHOOK_ALLOWED_IMAGES",
@@ -339,9 +351,8 @@ async fn kubectl_apply_meets_the_administrators_restrictions() {
             ),
             ("WEBHOOK_ALLOW_CONTROL_PLANE_NODES", "false"),
         ],
-    );
-    wait_ready(&webhook, &ca).await;
-    register(&cluster, &webhook, &ca, dir.path()).await;
+    )
+    .await;
     let log = || webhook.log();
 
     let mut failures = Vec::new();
@@ -489,11 +500,7 @@ async fn kubectl_apply_warns_what_a_change_will_do_to_the_fleet() {
             .await
             .expect("label node");
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca = write_certs(dir.path());
-    let webhook = start_webhook(cluster.kubeconfig_path(), dir.path(), &[]);
-    wait_ready(&webhook, &ca).await;
-    register(&cluster, &webhook, &ca, dir.path()).await;
+    let (_certs, webhook) = registered_webhook(&cluster, &[]).await;
     let (ok, out) = apply(
         &cluster,
         "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: gpu-rollout\nspec:\n  default:\n    budget: {count: 2}\n    strategy: {fixed: {initialBatch: 2}}\n",
@@ -571,4 +578,150 @@ async fn apply_args(cluster: &Cluster, manifest: &str, args: &[&str]) -> (bool, 
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// `kubectl apply --dry-run=server` of a Job whose container has one environment variable `name`:
+/// whether this cluster's kube-apiserver accepts the name in a pod (the rule changed in 1.32).
+async fn apiserver_accepts_env_name(cluster: &Cluster, name: &str) -> (bool, String) {
+    let job = format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: env-probe\n  namespace: default\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: c\n          image: ghcr.io/acme/tool:1.0.0\n          env:\n            - name: {name:?}\n              value: \"1\"\n"
+    );
+    apply_args(cluster, &job, &["--dry-run=server"]).await
+}
+
+/// Issue 25: a package's environment variable names are admitted exactly when the cluster's
+/// kube-apiserver would accept them in the package's pods (Kubernetes 1.31 accepts letters, digits,
+/// `_`, `-` and `.`, not starting with a digit; 1.32 and newer any printable ASCII but `=`). The
+/// apiserver itself is asked first (a server-side dry run of a Job carrying the name); a name it
+/// refuses is refused by the webhook naming `spec.packages.tool.env[0].name`, instead of being
+/// stored and failing every Job the operator creates. The minor's own expectation is checked too,
+/// so the test cannot pass by both refusing everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_env_names_are_checked_as_this_apiserver_checks_them() {
+    let cluster = Cluster::start(ClusterOptions {
+        nodes: 1,
+        ..ClusterOptions::default()
+    })
+    .await
+    .expect("local control plane starts");
+    let (_certs, webhook) = registered_webhook(&cluster, &[]).await;
+
+    let version = get_json(&cluster, &["version", "-o", "json"]).await;
+    let minor: u32 = version["serverVersion"]["minor"]
+        .as_str()
+        .expect("serverVersion.minor")
+        .trim_end_matches('+')
+        .parse()
+        .expect("a numeric minor");
+    for (i, name) in ["MY_VAR", "my.env-name", "MY VAR", "1ABC", "a:b", "A=B"]
+        .into_iter()
+        .enumerate()
+    {
+        let (accepted, job_out) = apiserver_accepts_env_name(&cluster, name).await;
+        let expected = match name {
+            "MY_VAR" | "my.env-name" => true,
+            "A=B" => false,
+            _ => minor >= 32,
+        };
+        assert_eq!(
+            accepted,
+            expected,
+            "Kubernetes 1.{minor} {} the environment variable name {name:?} in a Job: {job_out}",
+            if accepted { "accepts" } else { "refuses" }
+        );
+        let nw_name = format!("env-{i}");
+        let nw = nodewright(
+            &nw_name,
+            "ghcr.io/acme/tool",
+            &format!("      env:\n        - name: {name:?}\n          value: \"1\"\n"),
+            "",
+        );
+        let (admitted, out) = apply(&cluster, &nw).await;
+        let _ = cluster
+            .kubectl(&["delete", "nw", &nw_name, "--ignore-not-found"])
+            .await;
+        assert_eq!(
+            admitted,
+            accepted,
+            "the webhook must {} {name:?} as Kubernetes 1.{minor} does: {out}\nwebhook log:\n{}",
+            if accepted { "admit" } else { "refuse" },
+            webhook.log()
+        );
+        if !admitted {
+            assert!(
+                out.contains("spec.packages.tool.env[0].name") && out.contains("rename it"),
+                "the denial names the field and the fix: {out}"
+            );
+        }
+    }
+}
+
+/// A DeploymentPolicy and a NodeWright naming it in one `kubectl apply`: the NodeWright reaches
+/// the webhook before the webhook's watch has delivered the policy, and must not be refused for it
+/// (a CI run of the docs' examples once was). The webhook reads a policy its cache has not seen at
+/// the source before it refuses; one that exists nowhere is still refused, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_and_a_nodewright_naming_it_apply_together() {
+    let cluster = Cluster::start(ClusterOptions::default())
+        .await
+        .expect("local control plane starts");
+    let (_certs, webhook) = registered_webhook(&cluster, &[]).await;
+    for round in 0..10 {
+        let manifest = format!(
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: together-{round}\nspec:\n  default:\n    budget: {{count: 1}}\n---\n{}",
+            nodewright(
+                &format!("together-{round}"),
+                "ghcr.io/acme/tool",
+                "",
+                &format!("  deploymentPolicy: together-{round}\n"),
+            )
+        );
+        let (ok, out) = apply(&cluster, &manifest).await;
+        assert!(
+            ok && out.contains(&format!(
+                "nodewright.nodewright.nvidia.com/together-{round} created"
+            )),
+            "round {round}: {out}\nwebhook log:\n{}",
+            webhook.log()
+        );
+    }
+    let (ok, out) = apply(
+        &cluster,
+        &nodewright(
+            "orphan",
+            "ghcr.io/acme/tool",
+            "",
+            "  deploymentPolicy: nowhere\n",
+        ),
+    )
+    .await;
+    assert!(
+        !ok && out.contains("spec.deploymentPolicy: deploymentPolicy \"nowhere\" not found"),
+        "{out}"
+    );
+
+    // The read itself, on the webhook's own cache type against this apiserver: a policy created a
+    // moment ago is found with its spec, a missing one is missing.
+    use nodewright_webhook::rules::cluster::{ClusterView, PolicyAtSource};
+    let cache =
+        nodewright_webhook::cache::ClusterCache::start(cluster.client().await.expect("client"));
+    let (ok, out) = apply(
+        &cluster,
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: read-at-source\nspec:\n  default:\n    budget: {count: 3}\n",
+    )
+    .await;
+    assert!(ok, "{out}");
+    let lookup = cache
+        .look_up_policy("read-at-source")
+        .expect("the cache has a source");
+    match lookup.await {
+        PolicyAtSource::Exists(Some(policy)) => {
+            assert_eq!(policy.spec.default.budget.count, Some(3), "{policy:?}")
+        }
+        other => panic!("read-at-source: {other:?}"),
+    }
+    let lookup = cache
+        .look_up_policy("nowhere")
+        .expect("the cache has a source");
+    assert!(matches!(lookup.await, PolicyAtSource::Missing));
 }
