@@ -177,15 +177,7 @@ impl Context {
     /// A Context whose every request goes to `client`; stores empty (nothing cached, as after a
     /// restart), synced, leading. For unit tests that drive a reconciler over a mock API server.
     pub(crate) fn over(client: kube::Client) -> Context {
-        let env = std::collections::BTreeMap::from([
-            ("NAMESPACE", "nodewright"),
-            ("POD_NAME", "operator-0"),
-            ("LEADER_ELECTION", "false"),
-        ]);
-        let config = crate::runtime::config::OperatorConfig::from_lookup(|var| {
-            env.get(var).map(|v| (*v).to_owned())
-        })
-        .expect("operator configuration");
+        let config = Context::test_config();
         let term = CancellationToken::new();
         let synced = || tokio::sync::watch::channel(true).1;
         Context {
@@ -214,4 +206,46 @@ impl Context {
             config: Arc::new(config),
         }
     }
+
+    /// The configuration of [`Context::over`]: the operator's defaults in namespace `nodewright`.
+    pub(crate) fn test_config() -> OperatorConfig {
+        let env = std::collections::BTreeMap::from([
+            ("NAMESPACE", "nodewright"),
+            ("POD_NAME", "operator-0"),
+            ("LEADER_ELECTION", "false"),
+        ]);
+        OperatorConfig::from_lookup(|var| env.get(var).map(|v| (*v).to_owned()))
+            .expect("operator configuration")
+    }
+
+    /// [`Context::over`] with stores holding `snapshot`'s nodes, NodeWrights, policies and Jobs and
+    /// a clock reading `snapshot.now`: a rollout pass then reads exactly what a preview of the
+    /// snapshot reads (the same-snapshot test, `rollout::same_snapshot`).
+    pub(crate) fn over_snapshot(
+        client: kube::Client,
+        snapshot: &nodewright_core::preview::Snapshot,
+    ) -> Context {
+        let mut ctx = Context::over(client);
+        ctx.nodes = store_of(snapshot.nodes.iter().cloned());
+        ctx.nodewrights = store_of(snapshot.nodewrights.iter().cloned());
+        ctx.policies = store_of(snapshot.policies.iter().cloned());
+        ctx.jobs = store_of(snapshot.jobs.iter().map(StoredJob::of));
+        let now = snapshot.now;
+        ctx.options.clock = Some(Arc::new(move || now));
+        ctx
+    }
+}
+
+/// A reflector store holding `objects`, as after a list.
+#[cfg(test)]
+fn store_of<K>(objects: impl IntoIterator<Item = K>) -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, mut writer) = kube::runtime::reflector::store();
+    for object in objects {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(object));
+    }
+    reader
 }

@@ -22,6 +22,8 @@ pub mod finalizer;
 pub mod health_gates;
 pub mod job_lifecycle;
 pub mod reboot_reset;
+#[cfg(test)]
+mod same_snapshot;
 
 use std::sync::Arc;
 use std::time::Duration;
