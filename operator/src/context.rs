@@ -218,14 +218,19 @@ impl Context {
             .expect("operator configuration")
     }
 
-    /// [`Context::over`] with stores holding `snapshot`'s nodes, NodeWrights, policies and Jobs and
-    /// a clock reading `snapshot.now`: a rollout pass then reads exactly what a preview of the
+    /// [`Context::over`] with stores holding `snapshot`'s nodes, NodeWrights, policies and Jobs,
+    /// its disruption cap, and a clock reading `snapshot.now`: a rollout pass then reads exactly what a preview of the
     /// snapshot reads (the same-snapshot test, `rollout::same_snapshot`).
     pub(crate) fn over_snapshot(
         client: kube::Client,
         snapshot: &nodewright_core::preview::Snapshot,
     ) -> Context {
         let mut ctx = Context::over(client);
+        // The snapshot's cap is the operator's (`MAX_DISRUPTED_NODES`).
+        let mut config = Context::test_config();
+        config.max_disrupted_nodes = snapshot.max_disrupted;
+        ctx.disruption = crate::rollout::disruption_cap::DisruptionCap::new(snapshot.max_disrupted);
+        ctx.config = Arc::new(config);
         ctx.nodes = store_of(snapshot.nodes.iter().cloned());
         ctx.nodewrights = store_of(snapshot.nodewrights.iter().cloned());
         ctx.policies = store_of(snapshot.policies.iter().cloned());

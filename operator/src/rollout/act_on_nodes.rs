@@ -373,3 +373,90 @@ async fn mark_node(
         .await?;
     Ok(recorded.load(Ordering::Relaxed))
 }
+
+#[cfg(test)]
+mod tests {
+    //! Acting on a decision's nodes, through one pass over the mock cluster
+    //! ([`crate::rollout::pass_fixtures`]).
+
+    use nodewright_core::rollout::disruption::MaxDisrupted;
+    use nodewright_shared::keys;
+
+    use super::super::pass_fixtures::{
+        created, node, nodewright, pass_over, rebooting, snapshot, try_pass_over,
+    };
+
+    fn cordoned(state: &crate::writes::mock::ClusterState) -> Vec<String> {
+        state
+            .nodes
+            .iter()
+            .filter(|(_, n)| n["spec"]["unschedulable"] == serde_json::Value::Bool(true))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn one_nodes_failure_does_not_stop_the_others_and_is_returned() {
+        let fresh = snapshot(nodewright(), (0..2).map(node).collect(), vec![]);
+        // The API has lost node-0 (the cache still lists it): its write fails.
+        let (result, state) = try_pass_over(&fresh, |cluster| {
+            cluster.nodes.remove("node-0");
+        })
+        .await;
+        assert!(result.is_err(), "the failure is the pass's result");
+        let started: Vec<String> = created(&state).into_iter().map(|(n, _, _)| n).collect();
+        assert_eq!(started, ["node-1"], "node-1 is worked on all the same");
+        assert!(
+            state.nodewright.is_some(),
+            "the status of the nodes that were worked on is still written"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_disruption_cap_lets_one_node_cordon_when_it_is_one() {
+        let mut capped = snapshot(rebooting(), (0..2).map(node).collect(), vec![]);
+        capped.max_disrupted = Some(MaxDisrupted::Count(1));
+        let state = pass_over(&capped).await;
+        assert_eq!(cordoned(&state).len(), 1, "{:?}", cordoned(&state));
+        let started: Vec<String> = created(&state).into_iter().map(|(n, _, _)| n).collect();
+        assert_eq!(
+            started,
+            cordoned(&state),
+            "only the cordoned node starts its stages"
+        );
+        let waiting = state
+            .nodewright
+            .as_ref()
+            .and_then(|nw| nw["status"]["waitingFor"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        assert!(
+            waiting.contains("disruption"),
+            "the status says what holds the other node: {waiting:?}"
+        );
+
+        // Without the cap both nodes of the batch cordon at once.
+        capped.max_disrupted = None;
+        assert_eq!(cordoned(&pass_over(&capped).await).len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_node_whose_state_cannot_be_read_is_never_written() {
+        let mut nodes: Vec<_> = (0..2).map(node).collect();
+        nodes[0]
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(keys::node_state_key("gpu"), "{not json".to_owned());
+        let state = pass_over(&snapshot(nodewright(), nodes, vec![])).await;
+        assert!(
+            !state
+                .seen
+                .iter()
+                .any(|r| r.method == http::Method::PATCH && r.path == "/api/v1/nodes/node-0"),
+            "node-0's unreadable record is kept as it is: {:#?}",
+            state.seen
+        );
+        let started: Vec<String> = created(&state).into_iter().map(|(n, _, _)| n).collect();
+        assert_eq!(started, ["node-1"]);
+    }
+}

@@ -769,3 +769,194 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod passes {
+    //! Carrying out plans, pass after pass over the mock cluster
+    //! ([`crate::rollout::pass_fixtures`]), every Job finishing before the next pass.
+
+    use nodewright_shared::api::NodeWright;
+    use nodewright_shared::keys;
+
+    use super::super::pass_fixtures::{after, created, node, pass_over, rebooting, snapshot};
+    use crate::writes::mock::ClusterState;
+
+    /// The passes until one creates a Job of `stage` (each later pass sees every earlier Job
+    /// Complete), at most 8.
+    async fn passes_until(nw: NodeWright, stage: &str) -> Vec<ClusterState> {
+        let mut current = snapshot(nw, (0..2).map(node).collect(), vec![]);
+        let mut passes = Vec::new();
+        for _ in 0..8 {
+            let state = pass_over(&current).await;
+            let reached = created(&state).iter().any(|(_, _, s)| s == stage);
+            current = after(&current, &state, true);
+            passes.push(state);
+            if reached {
+                return passes;
+            }
+        }
+        let jobs: Vec<_> = passes.iter().map(created).collect();
+        panic!("no pass created a {stage} Job; Jobs per pass: {jobs:?}");
+    }
+
+    /// Index in `state.seen` of the last write to node `node` before `before` for which `what`
+    /// holds.
+    fn node_write_before(
+        state: &ClusterState,
+        node: &str,
+        before: usize,
+        what: impl Fn(&serde_json::Value) -> bool,
+    ) -> Option<usize> {
+        let path = format!("/api/v1/nodes/{node}");
+        state.seen[..before]
+            .iter()
+            .rposition(|r| r.method == http::Method::PATCH && r.path == path && what(&r.body))
+    }
+
+    /// Positions of the Job creations of `state`, with the node each is for.
+    fn job_posts(state: &ClusterState) -> Vec<(usize, String, String)> {
+        state
+            .seen
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.method == http::Method::POST && r.path.ends_with("/jobs"))
+            .map(|(i, r)| {
+                let label = |k: &str| {
+                    r.body["metadata"]["labels"][k]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                (i, label(keys::NODE_LABEL), label(keys::STAGE_LABEL))
+            })
+            .collect()
+    }
+
+    fn mentions(body: &serde_json::Value, text: &str) -> bool {
+        body.to_string().contains(text)
+    }
+
+    #[tokio::test]
+    async fn every_job_is_created_after_its_node_state_is_recorded() {
+        let passes = passes_until(rebooting(), "post-interrupt").await;
+        let state_key = keys::node_state_key("gpu").replace('/', "~1");
+        let mut checked = 0;
+        for (n, state) in passes.iter().enumerate() {
+            for (at, node, stage) in job_posts(state) {
+                assert!(
+                    node_write_before(state, &node, at, |b| mentions(b, &state_key)).is_some(),
+                    "pass {n}: the {stage} Job on {node} was created before its node state was recorded: {:#?}",
+                    state.seen
+                );
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 6,
+            "three stages on two nodes at least: {checked}"
+        );
+    }
+
+    fn cordons(body: &serde_json::Value) -> bool {
+        body.as_array().is_some_and(|ops| {
+            ops.iter().any(|op| {
+                op["path"] == "/spec/unschedulable" && op["value"] == serde_json::Value::Bool(true)
+            })
+        })
+    }
+
+    fn uncordons(body: &serde_json::Value) -> bool {
+        body.as_array().is_some_and(|ops| {
+            ops.iter().any(|op| {
+                op["path"] == "/spec/unschedulable"
+                    && (op["op"] == "remove" || op["value"] == serde_json::Value::Bool(false))
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn a_reboot_package_cordons_with_its_first_record_and_drains_before_the_interrupt() {
+        let passes = passes_until(rebooting(), "interrupt").await;
+        let first = passes.first().expect("at least one pass");
+        let cordon_key = keys::cordon_key("gpu").replace('/', "~1");
+        for (at, node, stage) in job_posts(first) {
+            // The cordon, its claim (so the operator releases only what it cordoned) and the
+            // first record are one write, before the first Job.
+            assert!(
+                node_write_before(first, &node, at, |b| cordons(b)
+                    && mentions(b, &cordon_key)
+                    && mentions(b, "in_progress"))
+                .is_some(),
+                "{node}: no cordon with the first record before its {stage} Job: {:#?}",
+                first.seen
+            );
+        }
+        let last = passes.last().expect("at least one pass");
+        let interrupts: Vec<_> = job_posts(last)
+            .into_iter()
+            .filter(|(_, _, stage)| stage == "interrupt")
+            .collect();
+        assert_eq!(interrupts.len(), 2, "both nodes of the batch reboot");
+        for (at, node, _) in interrupts {
+            let looked_at_pods = last.seen[..at]
+                .iter()
+                .any(|r| r.method == http::Method::GET && r.path.ends_with("/pods"));
+            assert!(
+                looked_at_pods,
+                "{node}: its pods were not looked at (drain) before the interrupt"
+            );
+            assert_eq!(
+                last.nodes[&node]["spec"]["unschedulable"],
+                serde_json::Value::Bool(true),
+                "{node} is cordoned when its interrupt runs"
+            );
+        }
+        for (n, state) in passes.iter().enumerate() {
+            assert!(
+                !state.seen.iter().any(|r| uncordons(&r.body)),
+                "pass {n} uncordoned a node before its reboot ran"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn completing_releases_the_cordon_in_the_write_that_records_completion() {
+        let mut current = snapshot(rebooting(), (0..2).map(node).collect(), vec![]);
+        let cordon_key = keys::cordon_key("gpu").replace('/', "~1");
+        let mut released = Vec::new();
+        for n in 0..10 {
+            let state = pass_over(&current).await;
+            for r in &state.seen {
+                if r.method == http::Method::PATCH && uncordons(&r.body) {
+                    // The release, the claim's removal and the completed record: one write.
+                    assert!(
+                        mentions(&r.body, &cordon_key) && mentions(&r.body, "complete"),
+                        "pass {n}: {} released apart from its completion: {}",
+                        r.path,
+                        r.body
+                    );
+                    released.push(r.path.clone());
+                }
+            }
+            let done = created(&state).is_empty() && !released.is_empty();
+            current = after(&current, &state, true);
+            if done {
+                break;
+            }
+        }
+        released.sort();
+        assert_eq!(
+            released,
+            ["/api/v1/nodes/node-0", "/api/v1/nodes/node-1"],
+            "each node released once"
+        );
+        for node in &current.nodes {
+            assert_ne!(
+                node.spec.as_ref().and_then(|s| s.unschedulable),
+                Some(true),
+                "{:?} is left cordoned",
+                node.metadata.name
+            );
+        }
+    }
+}

@@ -21,6 +21,8 @@ pub mod drain;
 pub mod finalizer;
 pub mod health_gates;
 pub mod job_lifecycle;
+#[cfg(test)]
+mod pass_fixtures;
 pub mod reboot_reset;
 #[cfg(test)]
 mod same_snapshot;

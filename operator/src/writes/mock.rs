@@ -83,6 +83,8 @@ pub struct ClusterState {
     pub nodes: std::collections::BTreeMap<String, Value>,
     /// ConfigMaps a list returns (as JSON).
     pub configmaps: Vec<Value>,
+    /// Jobs there were before (a merge patch of one is applied to it here).
+    pub existing_jobs: Vec<Value>,
     /// Jobs created, in order.
     pub jobs: Vec<Value>,
     /// The last NodeWright status written (the whole object the PUT carried).
@@ -113,7 +115,8 @@ fn conflict(message: String) -> (u16, Value) {
 /// A stateful mock API for a rollout pass: node JSON patches are applied to `nodes` (a failed
 /// `test` op is a 409, as the apiserver answers a stale resourceVersion) and move the
 /// resourceVersion on; Job creations are kept; a NodeWright status PUT is kept and answered with
-/// its resourceVersion moved on; a ConfigMap list returns [`ClusterState::configmaps`] (none
+/// its resourceVersion moved on; a merge patch of a Job it created is applied; a pod list is
+/// empty (nothing to drain); a ConfigMap list returns [`ClusterState::configmaps`] (none
 /// unless the test puts some there); Events, ConfigMap applies and node status patches are answered
 /// with what they carried (or the node). Anything else is a 404. Every request is recorded.
 pub fn cluster(
@@ -189,6 +192,22 @@ fn answer_request(
             s.jobs.push(job.clone());
             (201, job)
         }
+        ("PATCH", [.., "jobs", name]) => {
+            let Some(job) = s
+                .jobs
+                .iter_mut()
+                .chain(s.existing_jobs.iter_mut())
+                .find(|j| j["metadata"]["name"].as_str() == Some(*name))
+            else {
+                return (404, not_found());
+            };
+            json_patch::merge(job, &body);
+            (200, job.clone())
+        }
+        ("GET", ["api", "v1", "pods"]) | ("GET", ["api", "v1", "namespaces", _, "pods"]) => (
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
+        ),
         ("PUT", [.., "nodewrights", _, "status"]) => {
             let mut nw = body;
             bump(&mut nw);
