@@ -34,7 +34,7 @@ mod faults;
 #[path = "chaos/invariants.rs"]
 mod invariants;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -327,12 +327,39 @@ async fn trial(
             }
         }
     }
-    // No node cordoned at the end (the watch has caught up with the complete status by now).
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    for node in &all_nodes {
-        if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
-            violations.push(format!("{} still cordoned at the end", node.name_any()));
-        }
+    // No node cordoned at the end, as the API lists them.
+    let listed_cordoned: BTreeSet<String> = all_nodes
+        .iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        .map(ResourceExt::name_any)
+        .collect();
+    for node in &listed_cordoned {
+        violations.push(format!("{node} still cordoned at the end"));
+    }
+    // The test's own node watch (the budget, cap and gate invariants are judged on what it saw)
+    // must come to agree with that list: a watch a fault broke resumes with backoff, and under
+    // load it can trail the API by many seconds (once it still showed the first batch cordoned
+    // a second after the list showed every node released). Waited for, not assumed; a watch that
+    // never catches up (a watch request ends within 290 s) is a violation.
+    let caught_up = cluster
+        .wait_for(
+            "the test's node watch to agree with the nodes as listed",
+            Duration::from_secs(300),
+            || {
+                let record = record.clone();
+                let listed = listed_cordoned.clone();
+                async move {
+                    Ok(record
+                        .lock()
+                        .ok()
+                        .filter(|r| *r.cordoned() == listed)
+                        .map(|_| ()))
+                }
+            },
+        )
+        .await;
+    if let Err(e) = caught_up {
+        violations.push(format!("the node watch never caught up with the API: {e}"));
     }
     let operator_peak_rss_kib = replicas
         .iter()
@@ -355,9 +382,6 @@ async fn trial(
                 "{} nodes cordoned at once, the cluster-wide disruption cap is {cap}",
                 r.max_cordoned
             ));
-        }
-        if !r.cordoned().is_empty() {
-            violations.push(format!("cordoned at the end (watch): {:?}", r.cordoned()));
         }
         violations.extend(r.finish());
     }
