@@ -668,7 +668,7 @@ async fn a_policy_and_a_nodewright_naming_it_apply_together() {
     let (_certs, webhook) = registered_webhook(&cluster, &[]).await;
     for round in 0..10 {
         let manifest = format!(
-            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: together-{round}\nspec:\n  default:\n    budget: {{count: 1}}\n---\n{}",
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: together-{round}\nspec:\n  default:\n    budget: {{count: 1}}\n    strategy: {{fixed: {{initialBatch: 1}}}}\n---\n{}",
             nodewright(
                 &format!("together-{round}"),
                 "ghcr.io/acme/tool",
@@ -707,7 +707,7 @@ async fn a_policy_and_a_nodewright_naming_it_apply_together() {
         nodewright_webhook::cache::ClusterCache::start(cluster.client().await.expect("client"));
     let (ok, out) = apply(
         &cluster,
-        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: read-at-source\nspec:\n  default:\n    budget: {count: 3}\n",
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: read-at-source\nspec:\n  default:\n    budget: {count: 3}\n    strategy: {fixed: {initialBatch: 3}}\n",
     )
     .await;
     assert!(ok, "{out}");
