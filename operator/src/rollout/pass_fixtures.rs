@@ -34,9 +34,10 @@ pub(super) fn node(i: usize) -> Node {
     .expect("a node fixture of a fixed shape")
 }
 
-/// Two packages (`driver` after `tools`) on the `pool=gpu` nodes under policy `two-at-a-time`.
-pub(super) fn nodewright() -> NodeWright {
-    let mut nw: NodeWright = serde_json::from_value(json!({
+/// NodeWright `gpu` (with its finalizer) of `packages` on the `pool=gpu` nodes under policy
+/// `two-at-a-time`.
+fn nodewright_of(packages: serde_json::Value) -> NodeWright {
+    serde_json::from_value(json!({
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
         "kind": "NodeWright",
         "metadata": {"name": "gpu", "uid": "uid-gpu", "generation": 1, "resourceVersion": "1",
@@ -45,16 +46,19 @@ pub(super) fn nodewright() -> NodeWright {
         "spec": {
             "nodeSelectors": {"matchLabels": {"pool": "gpu"}},
             "deploymentPolicy": "two-at-a-time",
-            "packages": {
-                "tools": {"version": "1.0.0", "image": "registry.example/tools"},
-                "driver": {"version": "2.0.0", "image": "registry.example/driver",
-                           "dependsOn": {"tools": "1.0.0"}}
-            }
+            "packages": packages
         }
     }))
-    .expect("a NodeWright fixture of a fixed shape");
-    nw.status = None;
-    nw
+    .expect("a NodeWright fixture of a fixed shape")
+}
+
+/// Two packages (`driver` after `tools`).
+pub(super) fn nodewright() -> NodeWright {
+    nodewright_of(json!({
+        "tools": {"version": "1.0.0", "image": "registry.example/tools"},
+        "driver": {"version": "2.0.0", "image": "registry.example/driver",
+                   "dependsOn": {"tools": "1.0.0"}}
+    }))
 }
 
 /// Policy `two-at-a-time`: batches of two, two nodes at once.
@@ -203,20 +207,10 @@ pub(super) fn created(state: &mock::ClusterState) -> BTreeSet<(String, String, S
         .collect()
 }
 
-/// One package `driver` that reboots the node, under the policy of two.
+/// One package `driver` that reboots the node.
 pub(super) fn rebooting() -> NodeWright {
-    serde_json::from_value(json!({
-        "apiVersion": "nodewright.nvidia.com/v1alpha1",
-        "kind": "NodeWright",
-        "metadata": {"name": "gpu", "uid": "uid-gpu", "generation": 1, "resourceVersion": "1",
-                     "finalizers": [keys::FINALIZER],
-                     "creationTimestamp": "2026-12-01T00:00:00Z"},
-        "spec": {
-            "nodeSelectors": {"matchLabels": {"pool": "gpu"}},
-            "deploymentPolicy": "two-at-a-time",
-            "packages": {"driver": {"version": "1.0.0", "image": "registry.example/driver",
-                                    "interrupt": {"type": "reboot"}}}
-        }
+    nodewright_of(json!({
+        "driver": {"version": "1.0.0", "image": "registry.example/driver",
+                   "interrupt": {"type": "reboot"}}
     }))
-    .expect("a NodeWright fixture of a fixed shape")
 }
