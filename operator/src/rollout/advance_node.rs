@@ -662,7 +662,6 @@ async fn execute(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::Mutex;
 
     use nodewright_shared::node_state::PackageStatus;
@@ -681,15 +680,7 @@ mod tests {
             image: "example.com/pkg".into(),
             ..Default::default()
         };
-        let mut nw = NodeWright::new(
-            "nw",
-            nodewright_shared::api::NodeWrightSpec {
-                packages: BTreeMap::from([("a".to_owned(), package)]),
-                ..Default::default()
-            },
-        );
-        nw.metadata.uid = Some("uid".into());
-        nw.metadata.generation = Some(1);
+        let nw = super::super::pass_fixtures::with_package(package);
         let mut state = NodeState::default();
         state.upsert(PackageStatus {
             name: "a".into(),

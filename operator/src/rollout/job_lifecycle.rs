@@ -308,18 +308,7 @@ mod tests {
         }
     }
 
-    fn with_package(package: nodewright_shared::api::Package) -> NodeWright {
-        let mut nw = NodeWright::new(
-            "nw",
-            nodewright_shared::api::NodeWrightSpec {
-                packages: BTreeMap::from([("a".to_owned(), package)]),
-                ..Default::default()
-            },
-        );
-        nw.metadata.uid = Some("uid".into());
-        nw.metadata.generation = Some(1);
-        nw
-    }
+    use super::super::pass_fixtures::with_package;
 
     /// The interrupt Job of `nw`'s package `a` on `n1`, finished and recorded `recorded` (running
     /// when `None`).

@@ -214,3 +214,18 @@ pub(super) fn rebooting() -> NodeWright {
                    "interrupt": {"type": "reboot"}}
     }))
 }
+
+/// NodeWright `nw` (uid `uid`, generation 1) of one package `a`: the acts' unit tests that build
+/// their Jobs and records by hand.
+pub(super) fn with_package(package: nodewright_shared::api::Package) -> NodeWright {
+    let mut nw = NodeWright::new(
+        "nw",
+        nodewright_shared::api::NodeWrightSpec {
+            packages: std::collections::BTreeMap::from([("a".to_owned(), package)]),
+            ..Default::default()
+        },
+    );
+    nw.metadata.uid = Some("uid".into());
+    nw.metadata.generation = Some(1);
+    nw
+}
