@@ -210,13 +210,7 @@ pub async fn advance(
             }
         }
         let cleared = cleared_timeouts(nodewright, &held.state, &p);
-        if !cleared.is_empty()
-            && super::job_lifecycle::any_exists(
-                ctx,
-                &timed_out_jobs(&held.nw, &held.name, &cleared),
-            )
-            .await?
-        {
+        if timed_out_job_lingers(ctx, &held, &cleared).await? {
             // A timed-out stage's Job is still there: the Job store has not caught up. Its record
             // stays erroring and the Job stays as the evidence; the store's event re-plans.
             debug!(node = %held.name, "a timed-out Job the store does not show yet still exists; waiting for the store");
@@ -274,21 +268,7 @@ pub async fn advance(
             }
             Err(e) => return Err(e.into()),
         }
-        if write.announce_drain_timeout {
-            announce_drain_timeout(ctx, nodewright, &held.node, &drain_options).await;
-        }
-        if let Some(judged) = &judged {
-            let uncordons = gates.is_some_and(HealthGates::uncordons_on_failure);
-            announce_gates(
-                ctx,
-                nodewright,
-                &held.node,
-                judged.before.as_ref(),
-                uncordons,
-                &judged.verdict,
-            )
-            .await;
-        }
+        announce_write(ctx, &held, &write, judged.as_ref(), gates, &drain_options).await;
         // The next stages first (the rollout's critical path), then the absorbed Jobs' marks.
         let draining =
             start_stages(ctx, nodewright, &held.node, &p, node_order, &drain_options).await?;
@@ -307,6 +287,45 @@ pub async fn advance(
     }
     // The node vanished or its state became unreadable while we worked: report it blocked.
     Ok(NodeResult::unwritten(held.state, Status::Blocked))
+}
+
+/// Whether a timed-out stage this attempt would start again still has its Job at the API server
+/// (the Job store has not caught up with it).
+async fn timed_out_job_lingers(
+    ctx: &Context,
+    held: &Held<'_>,
+    cleared: &[(&str, &str, nodewright_shared::node_state::Stage)],
+) -> Result<bool, ReconcileError> {
+    Ok(!cleared.is_empty()
+        && super::job_lifecycle::any_exists(ctx, &timed_out_jobs(&held.nw, &held.name, cleared))
+            .await?)
+}
+
+/// What the attempt's write turned the node into, said once: a drain past its bound, the gates'
+/// verdict.
+async fn announce_write(
+    ctx: &Context,
+    held: &Held<'_>,
+    write: &Write,
+    judged: Option<&Judged>,
+    gates: Option<&HealthGates>,
+    drain_options: &DrainOptions,
+) {
+    if write.announce_drain_timeout {
+        announce_drain_timeout(ctx, held.nodewright, &held.node, drain_options).await;
+    }
+    if let Some(judged) = judged {
+        let uncordons = gates.is_some_and(HealthGates::uncordons_on_failure);
+        announce_gates(
+            ctx,
+            held.nodewright,
+            &held.node,
+            judged.before.as_ref(),
+            uncordons,
+            &judged.verdict,
+        )
+        .await;
+    }
 }
 
 /// Observes the gates on the node (as the API server has it) and judges them against the time the
