@@ -675,8 +675,8 @@ impl<'a> World<'a> {
 
     /// Decides pass number `pass` as a rollout pass does: when its batch evaluation changed a
     /// batch state, that state is persisted first and the pass decided again from it
-    /// ([`pass::batch_states_to_persist`]). Returns the status the pass went on from, and its
-    /// decision.
+    /// ([`pass::decide_from_persisted`], as the rollout decides). Returns the status the pass went
+    /// on from, and its decision.
     fn decide(
         &self,
         nw: &NodeWright,
@@ -686,23 +686,10 @@ impl<'a> World<'a> {
         disabled: bool,
         pass: usize,
     ) -> (NodeWrightStatus, PassDecision<'a>) {
-        let compartments = self.compartments;
-        let (first, persisted) = {
-            let input = self.input(nw, &old, nodes, paused, disabled, pass);
-            let first = pass::decide(&input, compartments);
-            let persisted = pass::batch_states_to_persist(&input, &first);
-            (first, persisted)
-        };
-        match persisted {
-            None => (old, first),
-            Some(status) => {
-                let decision = {
-                    let input = self.input(nw, &status, nodes, paused, disabled, pass);
-                    pass::decide(&input, compartments)
-                };
-                (status, decision)
-            }
-        }
+        // The preview simulates no automatic rollback: nothing amends the persisted status.
+        let input = self.input(nw, &old, nodes, paused, disabled, pass);
+        let decided = pass::decide_from_persisted(&input, self.compartments, |_| {});
+        (decided.persist.unwrap_or(old), decided.decision)
     }
 
     /// Runs passes until nothing changes any more: each admits what the budget and batches allow,

@@ -435,6 +435,45 @@ pub const GATES_WAITING: &str = "waiting for health gates";
 /// How `status.waitingFor` names a soaking batch (the metric reads the batch state instead).
 pub const SOAK_WAITING: &str = "waiting for soak";
 
+/// A pass decided as it runs ([`decide_from_persisted`]).
+pub struct Decided<'c> {
+    /// The status to persist before the pass acts: the batch states its first decision changed
+    /// (`None`: nothing changed, the pass goes on from the status as read).
+    pub persist: Option<NodeWrightStatus>,
+    /// The decision the pass acts on, made over `persist` when there is one.
+    pub decision: PassDecision<'c>,
+}
+
+/// Decides a pass the one way both the rollout and the preview run it: decide over the status as
+/// read; when that changes a batch state ([`batch_states_to_persist`]), `amend` the status to
+/// persist (the rollout marks a due automatic rollback in the same write) and decide again over
+/// it, so the batch starts in this pass from a state that is persisted before anything acts.
+pub fn decide_from_persisted<'c>(
+    input: &PassInput<'_>,
+    compartments: &'c [Compartment],
+    amend: impl FnOnce(&mut NodeWrightStatus),
+) -> Decided<'c> {
+    let first = decide(input, compartments);
+    let Some(mut status) = batch_states_to_persist(input, &first) else {
+        return Decided {
+            persist: None,
+            decision: first,
+        };
+    };
+    amend(&mut status);
+    let decision = decide(
+        &PassInput {
+            old_status: &status,
+            ..*input
+        },
+        compartments,
+    );
+    Decided {
+        persist: Some(status),
+        decision,
+    }
+}
+
 /// The status to write before acting, when this pass's batch evaluation changed a compartment's
 /// batch state: a new batch starts only from a persisted state ([`batches::step`], so a crash can
 /// never leave a batch running that its state does not account for). Written at once and decided

@@ -313,32 +313,27 @@ async fn decide_and_act(
         health_gates: gates_in_effect.as_ref(),
     };
     let first_status = nw.status.clone().unwrap_or_default();
-    let first = pass::decide(&input_over(&first_status), &compartments);
-    // A batch starts only from a persisted state: when this pass changed one, persist it now and
-    // decide again, so the batch starts in this pass.
     let rollback_on_failure = policy
         .as_ref()
         .is_some_and(|p| p.spec.rollback_on_failure == Some(true));
-    let mut persisted = pass::batch_states_to_persist(&input_over(&first_status), &first);
-    if let Some(status) = persisted.as_mut() {
-        // A compartment stopped by this write: its automatic rollback is due in the same write.
-        rollback::mark(&first_status, status, nodewright, rollback_on_failure, now);
-    }
+    // A batch starts only from a persisted state: when this pass changes one, it is written now
+    // and the pass decided again over it, so the batch starts in this pass. A compartment stopped
+    // by that write has its automatic rollback due in the same write.
+    let decided =
+        pass::decide_from_persisted(&input_over(&first_status), &compartments, |status| {
+            rollback::mark(&first_status, status, nodewright, rollback_on_failure, now);
+        });
     // The object the status write of this pass is guarded by (it changes if the pass writes early).
     let mut written: Option<NodeWright> = None;
-    if let Some(status) = &persisted {
+    if let Some(status) = &decided.persist {
         written = Some(
             ctx.writer
                 .replace_nodewright_status(nodewright, status)
                 .await?,
         );
     }
-    let old_status = persisted.as_ref().unwrap_or(&first_status);
-    let mut decision = if persisted.is_some() {
-        pass::decide(&input_over(old_status), &compartments)
-    } else {
-        first
-    };
+    let old_status = decided.persist.as_ref().unwrap_or(&first_status);
+    let mut decision = decided.decision;
     let nodewright = written.as_ref().unwrap_or(nodewright);
     let input = input_over(old_status);
     for compartment in &decision.newly_stopped {
@@ -364,7 +359,71 @@ async fn decide_and_act(
         rollback_on_failure,
         now,
     );
-    if let Some((reason, message)) = newly_true(old_status, &status, uninstall::DELETION_BLOCKED) {
+    announce_changes(ctx, nodewright, &first_status, old_status, &status).await;
+    // While a closed window or a soak holds nodes back, wake when it ends (within the in-flight
+    // resync).
+    let window_wake = wake_at.map(|at| {
+        let wait = u64::try_from(at.as_second().saturating_sub(now.as_second())).unwrap_or(0);
+        Duration::from_secs(wait.saturating_add(1))
+    });
+    let strategies = compartments
+        .iter()
+        .map(|c| (c.name.clone(), batches::strategy_name(c.strategy.as_ref())))
+        .collect();
+    ctx.metrics
+        .report(&name, state_metrics::samples(&nw, &status, &strategies));
+    let rollup = status.status;
+    write_status(ctx, nodewright, old_status, status).await?;
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(next_pass(
+        ctx,
+        rollup,
+        Requeue {
+            draining,
+            at_gates,
+            held_by_cap,
+            window_wake,
+        },
+    ))
+}
+
+/// Why this pass wants to run again soon, whatever its rollup status.
+struct Requeue {
+    /// Work waits for a node to drain.
+    draining: bool,
+    /// A node waits at its health gates.
+    at_gates: bool,
+    /// The cluster-wide disruption cap held a cordon back.
+    held_by_cap: bool,
+    /// A closed window or a soak ends after this long.
+    window_wake: Option<Duration>,
+}
+
+/// When the NodeWright is reconciled again: soonest for what can change without an event (a drain,
+/// gates, the cap, a window or soak ending), the resync interval once complete.
+fn next_pass(ctx: &Context, rollup: Option<Status>, requeue: Requeue) -> Action {
+    match rollup {
+        _ if requeue.draining => Action::requeue(DRAIN_RECHECK),
+        _ if requeue.at_gates => Action::requeue(health_gates::GATE_RECHECK),
+        _ if requeue.held_by_cap => Action::requeue(CAP_RECHECK),
+        _ if let Some(wait) = requeue.window_wake => Action::requeue(wait.min(IN_FLIGHT_RESYNC)),
+        Some(Status::Complete) => Action::requeue(ctx.config.default_interval),
+        _ => Action::requeue(IN_FLIGHT_RESYNC),
+    }
+}
+
+/// The Events of what this pass's status newly says: a blocked deletion, a closed window, the
+/// disruption cap holding nodes back, a batch starting its soak (each once, when it starts).
+async fn announce_changes(
+    ctx: &Context,
+    nodewright: &NodeWright,
+    first_status: &NodeWrightStatus,
+    old_status: &NodeWrightStatus,
+    status: &NodeWrightStatus,
+) {
+    if let Some((reason, message)) = newly_true(old_status, status, uninstall::DELETION_BLOCKED) {
         ctx.events
             .warn_on_nodewright(nodewright, &reason, message, None)
             .await;
@@ -387,7 +446,7 @@ async fn decide_and_act(
             )
             .await;
     }
-    if let Some(waiting) = cap_waiting(&status).filter(|_| cap_waiting(&first_status).is_none()) {
+    if let Some(waiting) = cap_waiting(status).filter(|_| cap_waiting(first_status).is_none()) {
         ctx.events
             .on_nodewright(
                 nodewright,
@@ -420,31 +479,6 @@ async fn decide_and_act(
                 .await;
         }
     }
-    // While a closed window or a soak holds nodes back, wake when it ends (within the in-flight
-    // resync).
-    let window_wake = wake_at.map(|at| {
-        let wait = u64::try_from(at.as_second().saturating_sub(now.as_second())).unwrap_or(0);
-        Duration::from_secs(wait.saturating_add(1))
-    });
-    let strategies = compartments
-        .iter()
-        .map(|c| (c.name.clone(), batches::strategy_name(c.strategy.as_ref())))
-        .collect();
-    ctx.metrics
-        .report(&name, state_metrics::samples(&nw, &status, &strategies));
-    let rollup = status.status;
-    write_status(ctx, nodewright, old_status, status).await?;
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    Ok(match rollup {
-        _ if draining => Action::requeue(DRAIN_RECHECK),
-        _ if at_gates => Action::requeue(health_gates::GATE_RECHECK),
-        _ if held_by_cap => Action::requeue(CAP_RECHECK),
-        _ if let Some(wait) = window_wake => Action::requeue(wait.min(IN_FLIGHT_RESYNC)),
-        Some(Status::Complete) => Action::requeue(ctx.config.default_interval),
-        _ => Action::requeue(IN_FLIGHT_RESYNC),
-    })
 }
 
 /// The disruption cap's part of `status.waitingFor`, when it holds nodes back.
