@@ -151,16 +151,52 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
         debug!("not a NodeWright Job (no package annotation or node); ignoring");
         return Ok(Action::await_change());
     };
+    let seen = observe(ctx, job, node, annotation).await?;
+    match seen.outcome {
+        JobOutcome::Running => on_running(ctx, &seen).await,
+        JobOutcome::Succeeded => on_succeeded(ctx, &seen).await,
+        JobOutcome::TimedOut => on_timed_out(ctx, &seen).await,
+        JobOutcome::OnlyRejected => on_only_rejected(ctx, &seen).await,
+        JobOutcome::Stuck => on_stuck(ctx, &seen).await,
+    }
+}
+
+/// One Job as classified: its outcome and the attempts it counts.
+struct Seen<'a> {
+    job: &'a StoredJob,
+    name: String,
+    node: &'a str,
+    annotation: PackageAnnotation,
+    interrupt: bool,
+    /// The node as cached.
+    cached_node: Option<Arc<Node>>,
+    /// Its pods that count as attempts ([`counted_pods`]).
+    pods: Vec<StoredPod>,
+    outcome: JobOutcome,
+}
+
+impl Seen<'_> {
+    /// Writes `record` for the Job's stage on its node.
+    async fn record(&self, ctx: &Context, record: Record) -> Result<(), ReconcileError> {
+        self::record(ctx, self.node, &self.annotation, self.interrupt, record).await
+    }
+}
+
+/// Classifies the Job. A running Job's pods come from the watch-fed store (no API call per pod
+/// event). A failing decision (Failed, FailureTarget) is taken from a live list instead, once per
+/// Job: the store may not have seen the last pod update yet, and an outcome classified from a stale
+/// view would be recorded for good. A Complete Job needs no pods (the Job controller's condition is
+/// the outcome), so the common case costs no list. The list selects the node's pods by field too:
+/// the apiserver's watch cache indexes pods by node, so it scans that node's few pods instead of
+/// every retained pod of the namespace (which grows with the square of the fleet).
+async fn observe<'a>(
+    ctx: &Context,
+    job: &'a StoredJob,
+    node: &'a str,
+    annotation: PackageAnnotation,
+) -> Result<Seen<'a>, ReconcileError> {
     let name = job.name_any();
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let pods_api: Api<StoredPod> = Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace);
-    // A running Job's pods come from the watch-fed store (no API call per pod event). A failing
-    // decision (Failed, FailureTarget) is taken from a live list instead, once per Job: the store
-    // may not have seen the last pod update yet, and an outcome classified from a stale view would
-    // be recorded for good. A Complete Job needs no pods (the Job controller's condition is the
-    // outcome), so the common case costs no list. The list selects the node's pods by field too:
-    // the apiserver's watch cache indexes pods by node, so it scans that node's few pods instead of
-    // every retained pod of the namespace (which grows with the square of the fleet).
     let cached_node = ctx.nodes.get(&ObjectRef::new(node));
     let evidence = cached_node.as_deref().map_or(RecordedEvidence::None, |n| {
         recorded_evidence(n, &annotation)
@@ -168,6 +204,8 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
     let mut pods = pods_of(&ctx.pods, &uid);
     let mut outcome = classify_job(job, &pods, evidence);
     if !matches!(outcome, JobOutcome::Running | JobOutcome::Succeeded) {
+        let pods_api: Api<StoredPod> =
+            Api::namespaced(ctx.client.clone(), &ctx.config.jobs.namespace);
         pods = pods_api
             .list(
                 &ListParams::default()
@@ -193,121 +231,147 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
         });
         outcome = classify_job(job, &pods, evidence);
     }
-    let interrupt = is_interrupt_job(job);
-    match outcome {
-        JobOutcome::Running => {
-            // A suspended (paused) Job's pods are killed by the suspension, not by the package.
-            let failed = if nodewright_core::jobs::read::is_suspended(job) {
-                0
-            } else {
-                attempts(&pods)
-            };
-            if failed > 0 {
-                record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;
+    Ok(Seen {
+        interrupt: is_interrupt_job(job),
+        job,
+        name,
+        node,
+        annotation,
+        cached_node,
+        pods,
+        outcome,
+    })
+}
+
+/// Live path: the attempts that failed so far, an image that cannot be pulled, pods the Job
+/// controller cannot create.
+async fn on_running(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileError> {
+    let job = seen.job;
+    // A suspended (paused) Job's pods are killed by the suspension, not by the package.
+    let failed = if nodewright_core::jobs::read::is_suspended(job) {
+        0
+    } else {
+        attempts(&seen.pods)
+    };
+    if failed > 0 {
+        seen.record(ctx, Record::Erroring(failed)).await?;
+    }
+    let image_pull_again =
+        image_pull::sync(ctx, job, seen.node, &seen.annotation, &seen.pods).await?;
+    if let Some(message) = not_created::refusal(&ctx.failed_creates, job) {
+        not_created::surface(
+            ctx,
+            job,
+            seen.node,
+            &seen.annotation,
+            seen.interrupt,
+            &message,
+        )
+        .await?;
+        // Past its bound the stage ends (timed out, its cordon released); before it, it is
+        // looked at again while the Job controller keeps trying (a pod event or a newer
+        // FailedCreate Event also wakes it).
+        let mut again = STUCK_RECHECK;
+        if let Some(bound) = ctx.config.pods_not_created_timeout {
+            match not_created::end_deadline(job, bound, k8s_openapi::jiff::Timestamp::now()) {
+                Some(Ok(deadline)) => not_created::end(ctx, job, deadline).await?,
+                Some(Err(left)) => again = again.min(left + Duration::from_millis(100)),
+                None => {}
             }
-            let image_pull_again = image_pull::sync(ctx, job, node, &annotation, &pods).await?;
-            if let Some(message) = not_created::refusal(&ctx.failed_creates, job) {
-                not_created::surface(ctx, job, node, &annotation, interrupt, &message).await?;
-                // Past its bound the stage ends (timed out, its cordon released); before it, it is
-                // looked at again while the Job controller keeps trying (a pod event or a newer
-                // FailedCreate Event also wakes it).
-                let mut again = STUCK_RECHECK;
-                if let Some(bound) = ctx.config.pods_not_created_timeout {
-                    match not_created::end_deadline(job, bound, k8s_openapi::jiff::Timestamp::now())
-                    {
-                        Some(Ok(deadline)) => not_created::end(ctx, job, deadline).await?,
-                        Some(Err(left)) => again = again.min(left + Duration::from_millis(100)),
-                        None => {}
-                    }
-                }
-                return Ok(Action::requeue(again));
-            }
-            // An attempt waiting on its image, not for long enough yet: looked at again then.
-            Ok(image_pull_again.map_or_else(Action::await_change, |left| {
-                Action::requeue(left + Duration::from_millis(100))
-            }))
         }
-        JobOutcome::Succeeded => {
-            let moved_on = cached_node
-                .as_deref()
-                .is_some_and(|n| recorded_past(n, &annotation));
-            if let Some(left) = absorb_grace_left(job).filter(|_| !moved_on) {
-                // The rollout records it with the next stage; look again once the grace is over.
-                return Ok(Action::requeue(left + Duration::from_millis(100)));
+        return Ok(Action::requeue(again));
+    }
+    // An attempt waiting on its image, not for long enough yet: looked at again then.
+    Ok(image_pull_again.map_or_else(Action::await_change, |left| {
+        Action::requeue(left + Duration::from_millis(100))
+    }))
+}
+
+/// Terminal path, Complete: left to the rollout for [`ABSORB_GRACE`] (it records the outcome with
+/// the next stage), then recorded here.
+async fn on_succeeded(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileError> {
+    let moved_on = seen
+        .cached_node
+        .as_deref()
+        .is_some_and(|n| recorded_past(n, &seen.annotation));
+    if let Some(left) = absorb_grace_left(seen.job).filter(|_| !moved_on) {
+        // The rollout records it with the next stage; look again once the grace is over.
+        return Ok(Action::requeue(left + Duration::from_millis(100)));
+    }
+    // Past the grace, or already recorded by a pass that could not mark it (it stopped
+    // between its node write and the mark): record (a no-op then) and mark at once.
+    seen.record(ctx, Record::Complete).await?;
+    ctx.writer
+        .mark_job_recorded(
+            &seen.name,
+            Recorded::Complete,
+            ctx.config.jobs.defaults.ttl_succeeded_seconds(),
+        )
+        .await?;
+    ctx.metrics
+        .stages()
+        .finished(seen.job, &seen.pods, StageResult::Complete);
+    Ok(Action::await_change())
+}
+
+/// Terminal path, genuine failures: the stage timed out. Recorded erroring, the evidence pruned
+/// to the first and last attempt with their logs, announced, and the Job kept.
+async fn on_timed_out(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileError> {
+    let (job, pods, name) = (seen.job, &seen.pods, &seen.name);
+    seen.record(ctx, Record::Erroring(attempts(pods).max(1)))
+        .await?;
+    for pod in evidence_to_prune(pods) {
+        match ctx.writer.delete_pod(&pod).await {
+            Ok(()) => {}
+            // Gone already, or refused: pruning is best effort, the evidence stays.
+            Err(WriteError::Api(kube::Error::Api(_))) => {}
+            Err(e) => {
+                return Err(e
+                    .context(format!("pruning failed attempt {pod} of Job {name}"))
+                    .into());
             }
-            // Past the grace, or already recorded by a pass that could not mark it (it stopped
-            // between its node write and the mark): record (a no-op then) and mark at once.
-            record(ctx, node, &annotation, interrupt, Record::Complete).await?;
-            ctx.writer
-                .mark_job_recorded(
-                    &name,
-                    Recorded::Complete,
-                    ctx.config.jobs.defaults.ttl_succeeded_seconds(),
-                )
-                .await?;
-            ctx.metrics
-                .stages()
-                .finished(job, &pods, StageResult::Complete);
-            Ok(Action::await_change())
-        }
-        JobOutcome::TimedOut => {
-            record(
-                ctx,
-                node,
-                &annotation,
-                interrupt,
-                Record::Erroring(attempts(&pods).max(1)),
-            )
-            .await?;
-            for pod in evidence_to_prune(&pods) {
-                match ctx.writer.delete_pod(&pod).await {
-                    Ok(()) => {}
-                    // Gone already, or refused: pruning is best effort, the evidence stays.
-                    Err(WriteError::Api(kube::Error::Api(_))) => {}
-                    Err(e) => {
-                        return Err(e
-                            .context(format!("pruning failed attempt {pod} of Job {name}"))
-                            .into());
-                    }
-                }
-            }
-            // Before the mark: once recorded, the Job is not reconciled again.
-            crate::outcomes::evidence::write_last_logs(ctx, job, &pods, false).await?;
-            announce_timeout(ctx, job, &pods, node, &annotation).await;
-            ctx.writer
-                .mark_job_recorded(
-                    &name,
-                    Recorded::TimedOut,
-                    ctx.config.jobs.defaults.ttl_failed_seconds(),
-                )
-                .await?;
-            ctx.metrics
-                .stages()
-                .finished(job, &pods, StageResult::TimedOut);
-            info!(node, package = %annotation.name, stage = %annotation.stage, "stage timed out; Job kept as evidence");
-            Ok(Action::await_change())
-        }
-        JobOutcome::OnlyRejected => {
-            ctx.writer
-                .mark_job_recorded(
-                    &name,
-                    Recorded::Rejected,
-                    ctx.config.jobs.defaults.ttl_failed_seconds(),
-                )
-                .await?;
-            ctx.writer.remove_job(&name).await?;
-            info!(node, package = %annotation.name, stage = %annotation.stage, "attempts only rejected at admission; the stage runs again");
-            Ok(Action::await_change())
-        }
-        JobOutcome::Stuck => {
-            crate::outcomes::evidence::write_last_logs(ctx, job, &pods, true).await?;
-            if stuck_for(job).is_some_and(|d| d > STUCK_BOUND) {
-                let failed = attempts(&pods).max(1);
-                record(ctx, node, &annotation, interrupt, Record::Erroring(failed)).await?;
-            }
-            Ok(Action::requeue(STUCK_RECHECK))
         }
     }
+    // Before the mark: once recorded, the Job is not reconciled again.
+    crate::outcomes::evidence::write_last_logs(ctx, job, pods, false).await?;
+    announce_timeout(ctx, job, pods, seen.node, &seen.annotation).await;
+    ctx.writer
+        .mark_job_recorded(
+            name,
+            Recorded::TimedOut,
+            ctx.config.jobs.defaults.ttl_failed_seconds(),
+        )
+        .await?;
+    ctx.metrics
+        .stages()
+        .finished(job, pods, StageResult::TimedOut);
+    info!(node = seen.node, package = %seen.annotation.name, stage = %seen.annotation.stage, "stage timed out; Job kept as evidence");
+    Ok(Action::await_change())
+}
+
+/// Terminal path, only admission rejections: nothing genuinely failed; the Job goes and the stage
+/// runs again.
+async fn on_only_rejected(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileError> {
+    ctx.writer
+        .mark_job_recorded(
+            &seen.name,
+            Recorded::Rejected,
+            ctx.config.jobs.defaults.ttl_failed_seconds(),
+        )
+        .await?;
+    ctx.writer.remove_job(&seen.name).await?;
+    info!(node = seen.node, package = %seen.annotation.name, stage = %seen.annotation.stage, "attempts only rejected at admission; the stage runs again");
+    Ok(Action::await_change())
+}
+
+/// A Job at `FailureTarget` (its pods cannot finish): its logs kept, erroring past [`STUCK_BOUND`].
+async fn on_stuck(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileError> {
+    crate::outcomes::evidence::write_last_logs(ctx, seen.job, &seen.pods, true).await?;
+    if stuck_for(seen.job).is_some_and(|d| d > STUCK_BOUND) {
+        let failed = attempts(&seen.pods).max(1);
+        seen.record(ctx, Record::Erroring(failed)).await?;
+    }
+    Ok(Action::requeue(STUCK_RECHECK))
 }
 
 /// Whether the node's entry for the Job's package and version shows its stage done: complete at
