@@ -347,8 +347,82 @@ struct NodeRun {
     timed_out: bool,
 }
 
-/// Previews the rollout of `snapshot.nodewright` (see the module documentation).
-pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
+/// The pass as it would run now, with the simulation after it: what each node's preview reads.
+struct NowView<'v, 'a> {
+    world: &'v World<'a>,
+    input: &'v PassInput<'v>,
+    decision: &'v PassDecision<'a>,
+    sim: &'v Simulation,
+    node_compartment: &'v BTreeMap<&'v str, &'v str>,
+    /// The cluster-wide disruption cap as counted now.
+    cap: Option<CapState>,
+    /// The nodes whose cordon the cap holds back now.
+    held_by_cap: &'v BTreeSet<String>,
+    paused: bool,
+    disabled: bool,
+}
+
+impl NowView<'_, '_> {
+    /// The preview of one selected node (`None` for a node the pass has no row for).
+    fn node_preview(&self, node: &Arc<Node>) -> Option<NodePreview> {
+        let (now, sim) = (self.decision, self.sim);
+        let node_name = node.name_any();
+        let row = now.rows.get(&node_name)?;
+        let compartment = self.node_compartment.get(node_name.as_str()).copied();
+        let run = sim.runs.get(&node_name);
+        let batch = sim.batch_of.get(&node_name).copied();
+        let mut blockers = self
+            .world
+            .blockers(self.input, now, node, self.paused, self.disabled);
+        if let Some(cap) = self.cap.filter(|_| self.held_by_cap.contains(&node_name)) {
+            blockers.push(Blocker::DisruptionCap {
+                limit: cap.limit,
+                disrupted: cap.disrupted,
+            });
+        }
+        if !now.works_on(self.input, &node_name)
+            && blockers.is_empty()
+            && !row.complete
+            && let Some(c) = compartment
+        {
+            blockers.push(rollout_blocker(now, sim, c, batch));
+        }
+        Some(NodePreview {
+            compartment: compartment.map(str::to_owned),
+            status: pass::idle_status(now, self.input, &node_name),
+            complete: row.complete,
+            started: sim.started.contains(&node_name),
+            batch,
+            order: sim.order.iter().position(|n| *n == node_name),
+            blockers,
+            steps: run.map(|r| r.steps.clone()).unwrap_or_default(),
+            drain: run.is_some_and(|r| r.drain),
+            reboot: run.is_some_and(|r| r.reboot),
+            completes: row.complete || run.is_some_and(|r| r.completes),
+            name: node_name,
+        })
+    }
+}
+
+/// The NodeWright and what it works on, assembled as a pass assembles them.
+struct Assembled {
+    /// Defaulted, with the deletion's uninstalls and the config updates: the effective spec.
+    nw: NodeWright,
+    name: String,
+    deleting: bool,
+    paused: bool,
+    disabled: bool,
+    every_node: Vec<Arc<Node>>,
+    /// The selected nodes, the config updates' reruns queued in their records.
+    nodes: Vec<Arc<Node>>,
+    every_job: Vec<Arc<StoredJob>>,
+    /// Its own Jobs.
+    jobs: JobIndex,
+}
+
+/// As a pass: the defaults, the deletion's uninstalls, the selection, the config updates, the
+/// effective spec.
+fn assemble(snapshot: &Snapshot) -> Result<Assembled, PreviewError> {
     let mut nw = snapshot.nodewright.clone();
     let name = nw.name_any();
     // As a pass: the defaults, the deletion's uninstalls, the config updates, the effective spec.
@@ -388,7 +462,33 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
             })
             .collect();
     }
-    let nw = config_updates::effective(&nw);
+
+    Ok(Assembled {
+        nw: config_updates::effective(&nw),
+        name,
+        deleting,
+        paused,
+        disabled,
+        every_node,
+        nodes,
+        every_job,
+        jobs,
+    })
+}
+
+/// Previews the rollout of `snapshot.nodewright` (see the module documentation).
+pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
+    let Assembled {
+        nw,
+        name,
+        deleting,
+        paused,
+        disabled,
+        every_node,
+        nodes,
+        every_job,
+        jobs,
+    } = assemble(snapshot)?;
 
     let all_nodewrights: Vec<Arc<NodeWright>> = snapshot
         .nodewrights
@@ -464,44 +564,21 @@ pub fn preview(snapshot: &Snapshot) -> Result<Preview, PreviewError> {
         .iter()
         .flat_map(|c| c.nodes.iter().map(|n| (n.as_str(), c.name.as_str())))
         .collect();
-    let mut previews = Vec::new();
-    for node in &nodes {
-        let node_name = node.name_any();
-        let Some(row) = now.rows.get(&node_name) else {
-            continue;
-        };
-        let compartment = node_compartment.get(node_name.as_str()).copied();
-        let run = sim.runs.get(&node_name);
-        let batch = sim.batch_of.get(&node_name).copied();
-        let mut blockers = world.blockers(&now_input, &now, node, paused, disabled);
-        if let Some(cap) = cap.filter(|_| held_by_cap.contains(&node_name)) {
-            blockers.push(Blocker::DisruptionCap {
-                limit: cap.limit,
-                disrupted: cap.disrupted,
-            });
-        }
-        if !now.works_on(&now_input, &node_name)
-            && blockers.is_empty()
-            && !row.complete
-            && let Some(c) = compartment
-        {
-            blockers.push(rollout_blocker(&now, &sim, c, batch));
-        }
-        previews.push(NodePreview {
-            compartment: compartment.map(str::to_owned),
-            status: pass::idle_status(&now, &now_input, &node_name),
-            complete: row.complete,
-            started: sim.started.contains(&node_name),
-            batch,
-            order: sim.order.iter().position(|n| *n == node_name),
-            blockers,
-            steps: run.map(|r| r.steps.clone()).unwrap_or_default(),
-            drain: run.is_some_and(|r| r.drain),
-            reboot: run.is_some_and(|r| r.reboot),
-            completes: row.complete || run.is_some_and(|r| r.completes),
-            name: node_name,
-        });
-    }
+    let now_view = NowView {
+        world: &world,
+        input: &now_input,
+        decision: &now,
+        sim: &sim,
+        node_compartment: &node_compartment,
+        cap,
+        held_by_cap: &held_by_cap,
+        paused,
+        disabled,
+    };
+    let previews = nodes
+        .iter()
+        .filter_map(|node| now_view.node_preview(node))
+        .collect();
     let compartments = compartment_previews(&parts.compartments, &now, &sim);
     Ok(Preview {
         nodewright: name,
