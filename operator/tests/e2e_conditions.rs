@@ -42,9 +42,9 @@ use serde_json::json;
 
 mod support;
 use support::{
-    BOUND, Operator, cluster, condition, condition_is, create_blocking_pdb, create_fake_node,
-    create_labelled_nodewright, create_workload_pod, delete_node, fate_for, interrupt, job_package,
-    on_nodes, operator_client, operator_env, package, patch_node, patch_nodewright, spawn_operator,
+    BOUND, Operator, SuiteOperator, cluster, condition, condition_is, create_blocking_pdb,
+    create_fake_node, create_labelled_nodewright, create_workload_pod, delete_node, fate_for,
+    interrupt, job_package, on_nodes, operator_client, package, patch_node, patch_nodewright,
     status_is, wait_event, wait_node, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
@@ -64,14 +64,10 @@ const SOON: Duration = Duration::from_secs(20);
 const DRAIN_SHOWN: Duration = Duration::from_secs(60);
 
 fn start_operator(client: kube::Client, namespace: &str, hook: Option<JobHook>) -> Operator {
-    let env = operator_env(namespace, format!("operator-{namespace}"), 1);
-    spawn_operator(
-        client,
-        &env,
-        format!("{SUITE_LABEL}={namespace}"),
-        hook,
-        None,
-    )
+    SuiteOperator::new(&client, namespace, SUITE_LABEL, namespace)
+        .backoff_limit(1)
+        .hook(hook)
+        .start()
 }
 
 /// [`start_operator`] with DEFAULT_INTERVAL 1h: a complete rollout is not resynced during a test.
@@ -80,15 +76,11 @@ fn start_slow_resync_operator(
     namespace: &str,
     hook: Option<JobHook>,
 ) -> Operator {
-    let mut env = operator_env(namespace, format!("operator-{namespace}"), 1);
-    env.insert("DEFAULT_INTERVAL", "1h".to_owned());
-    spawn_operator(
-        client,
-        &env,
-        format!("{SUITE_LABEL}={namespace}"),
-        hook,
-        None,
-    )
+    SuiteOperator::new(&client, namespace, SUITE_LABEL, namespace)
+        .backoff_limit(1)
+        .env(&[("DEFAULT_INTERVAL", "1h")])
+        .hook(hook)
+        .start()
 }
 
 fn uninstallable(version: &str) -> Package {

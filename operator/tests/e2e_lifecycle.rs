@@ -35,9 +35,9 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_blocking_pdb, create_labelled_nodewright, create_workload_pod,
-    interrupt, on_nodes, operator_client, operator_env, package, patch_nodewright, spawn_operator,
-    state_of, status_is, wait_nodewright, wait_nodewright_gone,
+    BOUND, Operator, SuiteOperator, cluster, create_blocking_pdb, create_labelled_nodewright,
+    create_workload_pod, interrupt, on_nodes, operator_client, package, patch_nodewright, state_of,
+    status_is, wait_nodewright, wait_nodewright_gone,
 };
 
 /// Label that scopes each test's operator to its own NodeWright (distinct from e2e_rollout's).
@@ -50,9 +50,10 @@ fn start_operator(
     hook: Option<JobHook>,
     extra_env: &[(&'static str, &str)],
 ) -> Operator {
-    let mut env = operator_env(namespace, format!("operator-{suite}"), 3);
-    env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    spawn_operator(client, &env, format!("{SUITE_LABEL}={suite}"), hook, None)
+    SuiteOperator::new(&client, namespace, SUITE_LABEL, suite)
+        .env(extra_env)
+        .hook(hook)
+        .start()
 }
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {

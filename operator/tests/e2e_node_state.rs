@@ -24,8 +24,8 @@ use serde_json::json;
 
 mod support;
 use support::{
-    cluster, condition, create_fake_node, create_labelled_nodewright, node_state, on_nodes,
-    operator_env, package, patch_node, spawn_operator, wait_nodewright, wait_status,
+    SuiteOperator, cluster, condition, create_fake_node, create_labelled_nodewright, node_state,
+    on_nodes, package, patch_node, wait_nodewright, wait_status,
 };
 
 const SUITE_LABEL: &str = "nodewright.test/node-state";
@@ -117,14 +117,7 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
         })
     };
 
-    let env = operator_env(&ns, format!("operator-{ns}"), 3);
-    let _operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        None,
-        None,
-    );
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns).start();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_labelled_nodewright(
         &client,

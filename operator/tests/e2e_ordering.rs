@@ -46,8 +46,8 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, condition, create_fake_node, node_state, on_nodes, operator_env,
-    own_node, package, patch_nodewright, spawn_operator, wait_nodewright, wait_status,
+    BOUND, Operator, SuiteOperator, cluster, condition, create_fake_node, node_state, on_nodes,
+    own_node, package, patch_nodewright, wait_nodewright, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
@@ -58,14 +58,9 @@ const PACKAGE: &str = "pkg";
 const VERSION: &str = "1.0.0";
 
 fn start_operator(client: kube::Client, namespace: &str, hook: Option<JobHook>) -> Operator {
-    let env = operator_env(namespace, format!("operator-{namespace}"), 3);
-    spawn_operator(
-        client,
-        &env,
-        format!("{SUITE_LABEL}={namespace}"),
-        hook,
-        None,
-    )
+    SuiteOperator::new(&client, namespace, SUITE_LABEL, namespace)
+        .hook(hook)
+        .start()
 }
 
 /// Creates the NodeWright `name` (one package, on `nodes`) labelled for this test's operator, with

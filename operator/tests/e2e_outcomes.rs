@@ -41,8 +41,8 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    node_state, on_nodes, operator_env, package, spawn_operator, wait_event, wait_status,
+    BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
+    fate_for, job_package, node_state, on_nodes, package, wait_event, wait_status,
     wait_timed_out_job,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,14 +59,11 @@ fn start_operator(
     hook: Option<JobHook>,
     metrics: StateMetrics,
 ) -> Operator {
-    let env = operator_env(namespace, format!("operator-{namespace}"), backoff_limit);
-    spawn_operator(
-        client,
-        &env,
-        format!("{SUITE_LABEL}={namespace}"),
-        hook,
-        Some(metrics),
-    )
+    SuiteOperator::new(&client, namespace, SUITE_LABEL, namespace)
+        .backoff_limit(backoff_limit)
+        .hook(hook)
+        .metrics(Some(metrics))
+        .start()
 }
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {

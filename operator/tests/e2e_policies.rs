@@ -98,9 +98,8 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 use support::{
-    BOUND, Operator, cluster, condition, create_fake_node, node_state, on_nodes, operator_env,
-    package, patch_node, spawn_operator, spawn_with_options, status_is, wait_nodewright,
-    wait_nodewright_gone, wait_status,
+    BOUND, Operator, SuiteOperator, cluster, condition, create_fake_node, node_state, on_nodes,
+    package, patch_node, status_is, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (value: the test's namespace).
@@ -118,14 +117,10 @@ fn start_operator(
     hook: Option<JobHook>,
     metrics: Option<StateMetrics>,
 ) -> Operator {
-    let env = operator_env(namespace, format!("operator-{namespace}"), 3);
-    spawn_operator(
-        client,
-        &env,
-        format!("{SUITE_LABEL}={namespace}"),
-        hook,
-        metrics,
-    )
+    SuiteOperator::new(&client, namespace, SUITE_LABEL, namespace)
+        .hook(hook)
+        .metrics(metrics)
+        .start()
 }
 
 /// A hook under which every pod succeeds after `delay`: a node's stages then take long enough that
@@ -1284,17 +1279,9 @@ async fn start_clocked(
     names: &[String],
     offset: Arc<std::sync::atomic::AtomicI64>,
 ) -> Operator {
-    let env = operator_env(ns, format!("operator-{ns}"), 3);
-    let operator = spawn_with_options(
-        client.clone(),
-        &env,
-        nodewright_operator::RunOptions {
-            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
-            clock: Some(offset_clock(offset)),
-            ..Default::default()
-        },
-        None,
-    );
+    let operator = SuiteOperator::new(client, ns, SUITE_LABEL, ns)
+        .clock(offset_clock(offset))
+        .start();
     create_tool_nodewright(client, ns, names).await;
     operator
 }
@@ -1336,15 +1323,10 @@ async fn the_cluster_wide_disruption_cap_bounds_every_nodewrights_cordons() {
         Api::<NodeWright>::all(client.clone()),
         watcher::Config::default().labels(&format!("{SUITE_LABEL}={ns}")),
     );
-    let mut env = operator_env(&ns, format!("operator-{ns}"), 3);
-    env.insert("MAX_DISRUPTED_NODES", "2".to_owned());
-    let _operator = spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        Some(every_pod_succeeds_after("2s")),
-        None,
-    );
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns)
+        .env(&[("MAX_DISRUPTED_NODES", "2")])
+        .hook(Some(every_pod_succeeds_after("2s")))
+        .start();
     let tuned = Package {
         interrupt: support::interrupt(InterruptType::Service, &["tuned"]),
         ..package("1.0.0", &[])
@@ -1691,14 +1673,10 @@ async fn rollback_ground(
 
 /// The operator of a rollback test: no retries, `hook` on every Job.
 fn start_rollback_operator(client: &kube::Client, ns: &str, hook: JobHook) -> Operator {
-    let env = operator_env(ns, format!("operator-{ns}"), 0);
-    spawn_operator(
-        client.clone(),
-        &env,
-        format!("{SUITE_LABEL}={ns}"),
-        Some(hook),
-        None,
-    )
+    SuiteOperator::new(client, ns, SUITE_LABEL, ns)
+        .backoff_limit(0)
+        .hook(Some(hook))
+        .start()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2071,18 +2049,10 @@ async fn health_gates_hold_a_node_cordoned_until_they_pass() {
     )
     .await;
     let offset = Arc::new(AtomicI64::new(0));
-    let env = operator_env(&ns, format!("operator-{ns}"), 3);
-    let _operator = spawn_with_options(
-        client.clone(),
-        &env,
-        nodewright_operator::RunOptions {
-            nodewright_selector: Some(format!("{SUITE_LABEL}={ns}")),
-            clock: Some(offset_clock(offset.clone())),
-            job_hook: Some(every_pod_succeeds_after("1s")),
-            ..Default::default()
-        },
-        None,
-    );
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns)
+        .clock(offset_clock(offset.clone()))
+        .hook(Some(every_pod_succeeds_after("1s")))
+        .start();
     let nw = format!("{ns}-gated");
     create_nodewright(
         &client,

@@ -61,9 +61,9 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
-    BOUND, Operator, cluster, create_fake_node, create_labelled_nodewright, fate_for, job_package,
-    node_state, on_nodes, operator_env, own_node, package, spawn_for, spawn_operator,
-    wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
+    BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
+    fate_for, job_package, node_state, on_nodes, operator_env, own_node, package, spawn_for,
+    spawn_operator, wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -110,17 +110,21 @@ fn start_replica(
     hook: Option<JobHook>,
     elect: Option<&str>,
 ) -> Operator {
-    let pod_name = elect.map_or_else(|| format!("operator-{suite}"), str::to_owned);
-    let mut env = operator_env(namespace, pod_name, backoff_limit);
-    if elect.is_some() {
-        env.extend([
-            ("LEADER_ELECTION", "true".to_owned()),
-            ("LEASE_DURATION", "6s".to_owned()),
-            ("LEASE_RENEW_DEADLINE", "4s".to_owned()),
-            ("LEASE_RETRY_PERIOD", "1s".to_owned()),
-        ]);
+    let operator = SuiteOperator::new(&client, namespace, SUITE_LABEL, suite)
+        .backoff_limit(backoff_limit)
+        .hook(hook);
+    match elect {
+        Some(identity) => operator
+            .pod_name(identity.to_owned())
+            .env(&[
+                ("LEADER_ELECTION", "true"),
+                ("LEASE_DURATION", "6s"),
+                ("LEASE_RENEW_DEADLINE", "4s"),
+                ("LEASE_RETRY_PERIOD", "1s"),
+            ])
+            .start(),
+        None => operator.start(),
     }
-    spawn_operator(client, &env, format!("{SUITE_LABEL}={suite}"), hook, None)
 }
 
 async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSpec) -> NodeWright {

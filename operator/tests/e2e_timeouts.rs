@@ -50,9 +50,9 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, cluster, create_labelled_nodewright, fate_for, node_state, on_nodes,
-    operator_env, own_node, package, patch_nodewright, spawn_for, spawn_operator, wait_event,
-    wait_nodewright, wait_status, wait_timed_out_job,
+    BOUND, Operator, SuiteOperator, cluster, create_labelled_nodewright, fate_for, node_state,
+    on_nodes, own_node, package, patch_nodewright, spawn_for, wait_event, wait_nodewright,
+    wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
@@ -65,14 +65,11 @@ fn start_operator(
     backoff_limit: i32,
     hook: Option<JobHook>,
 ) -> Operator {
-    let env = operator_env(namespace, format!("operator-{instance}"), backoff_limit);
-    spawn_operator(
-        client,
-        &env,
-        format!("{SUITE_LABEL}={namespace}"),
-        hook,
-        None,
-    )
+    SuiteOperator::new(&client, namespace, SUITE_LABEL, namespace)
+        .pod_name(format!("operator-{instance}"))
+        .backoff_limit(backoff_limit)
+        .hook(hook)
+        .start()
 }
 
 /// The Job's condition `type_` (True), with its transition time.

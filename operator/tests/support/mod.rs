@@ -154,6 +154,81 @@ pub fn spawn_with_options(
     }
 }
 
+/// The operator of one test, built up from what the suites vary: Jobs in a namespace, only the
+/// NodeWrights labelled `suite_label=scope`, a backoff limit (3 unless set), extra variables, a
+/// Job hook, state metrics. Every suite starts its operators through this one builder.
+pub struct SuiteOperator {
+    client: kube::Client,
+    env: BTreeMap<&'static str, String>,
+    selector: String,
+    hook: Option<JobHook>,
+    metrics: Option<StateMetrics>,
+    clock: Option<nodewright_operator::Clock>,
+}
+
+impl SuiteOperator {
+    /// Jobs in `namespace`, reconciling only the NodeWrights labelled `suite_label=scope`, its
+    /// pod name `operator-{scope}`.
+    pub fn new(client: &kube::Client, namespace: &str, suite_label: &str, scope: &str) -> Self {
+        Self {
+            client: client.clone(),
+            env: operator_env(namespace, format!("operator-{scope}"), 3),
+            selector: format!("{suite_label}={scope}"),
+            hook: None,
+            metrics: None,
+            clock: None,
+        }
+    }
+
+    /// The Jobs' backoff limit.
+    pub fn backoff_limit(mut self, limit: i32) -> Self {
+        self.env.insert("JOB_BACKOFF_LIMIT", limit.to_string());
+        self
+    }
+
+    /// The operator's pod name (its identity in logs and the leader election).
+    pub fn pod_name(mut self, name: String) -> Self {
+        self.env.insert("POD_NAME", name);
+        self
+    }
+
+    /// More variables of its environment.
+    pub fn env(mut self, extra: &[(&'static str, &str)]) -> Self {
+        self.env
+            .extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        self
+    }
+
+    /// Applied to every Job it creates.
+    pub fn hook(mut self, hook: Option<JobHook>) -> Self {
+        self.hook = hook;
+        self
+    }
+
+    /// Where its state metrics go.
+    pub fn metrics(mut self, metrics: Option<StateMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The clock its passes read (a test moves time with it).
+    pub fn clock(mut self, clock: nodewright_operator::Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Starts it.
+    pub fn start(self) -> Operator {
+        let options = RunOptions {
+            nodewright_selector: Some(self.selector),
+            job_hook: self.hook,
+            clock: self.clock,
+            ..RunOptions::default()
+        };
+        spawn_with_options(self.client, &self.env, options, self.metrics)
+    }
+}
+
 /// Starts the operator of the test that owns namespace `ns`: Jobs in `ns`, reconciling only the
 /// NodeWright labelled `suite_label=ns`, `backoff_limit` retries, plus the variables `extra`.
 pub fn spawn_for(
@@ -164,15 +239,11 @@ pub fn spawn_for(
     extra: &[(&'static str, &str)],
     hook: Option<JobHook>,
 ) -> Operator {
-    let mut env = operator_env(ns, format!("operator-{ns}"), backoff_limit);
-    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    spawn_operator(
-        client.clone(),
-        &env,
-        format!("{suite_label}={ns}"),
-        hook,
-        None,
-    )
+    SuiteOperator::new(client, ns, suite_label, ns)
+        .backoff_limit(backoff_limit)
+        .env(extra)
+        .hook(hook)
+        .start()
 }
 
 /// Creates the NodeWright `name` labelled `suite_label=name`, so only its suite's operator sees it.
