@@ -34,7 +34,7 @@ suites_all=(
   "policies nodewright-operator e2e_policies"
   "webhook-admission nodewright-webhook e2e_admission"
   "chart-install nodewright-e2e chart_install"
-  "cli nodewright-cli e2e_cli"
+  "cli nodewright-e2e e2e_cli"
   "conditions nodewright-operator e2e_conditions"
   "lifecycle nodewright-operator e2e_lifecycle"
   "ordering nodewright-operator e2e_ordering"

@@ -1,4 +1,5 @@
-//! `kubectl-nodewright` end to end: the real binary, run as a user runs it (no terminal on stdin,
+//! `kubectl-nodewright` end to end (the CLI's suite, kept in the harness crate so that the CLI
+//! itself never depends on the operator it runs beside here): the real binary, run as a user runs it (no terminal on stdin,
 //! the cluster's kubeconfig), against the local control plane with an operator running. One
 //! cluster for the whole suite; each test has its own namespace (the operator's), its own fake
 //! nodes, its own NodeWrights and its own in-process operator scoped to them.
@@ -21,9 +22,10 @@
 //!   back; the operator then brings the nodes back and the restored spec is the newest revision;
 //! - `version`, `completion`, every command's `--help`, and `kubectl nodewright` through kubectl.
 
-#[path = "../../operator/tests/support/mod.rs"]
+#[path = "../../../operator/tests/support/mod.rs"]
 mod support;
 
+#[path = "cli_common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -871,7 +873,7 @@ async fn package_logs_follow_a_running_stage() {
         "apply".into(),
         "-f".into(),
     ];
-    let mut child = tokio::process::Command::new(common::BIN)
+    let mut child = tokio::process::Command::new(common::bin())
         .args(&args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -922,7 +924,7 @@ async fn sh(cluster: &Cluster, namespace: &str, line: &str) -> Run {
 async fn in_terminal(cluster: &Cluster, namespace: &str, args: &str, answer: &str) -> Run {
     let command = format!(
         "{} --kubeconfig {} -n {namespace} {args}",
-        common::BIN,
+        common::bin(),
         cluster.kubeconfig_path().display()
     );
     run_binary(
@@ -1479,7 +1481,7 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_written() {
     ] {
         let mut all = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
         all.extend(args.iter().map(|a| (*a).to_owned()));
-        run_binary(common::BIN, &all, None).await.fails(
+        run_binary(common::bin(), &all, None).await.fails(
             1,
             &format!("cannot reach the Kubernetes API server at https://127.0.0.1:{port}"),
         );
@@ -1497,7 +1499,7 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
     let client = cluster.client().await.expect("client");
     let _operator = operator(&client, &ns, &["cli-version-none"], 3, None);
     // The chart's operator Deployment and defaults ConfigMap, as helm renders them.
-    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../chart");
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../chart");
     let rendered = cluster
         .helm(&[
             "template",
@@ -1586,7 +1588,7 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
     );
     // --client-only never contacts the cluster.
     let offline = run_binary(
-        common::BIN,
+        common::bin(),
         &[
             "--kubeconfig".into(),
             "/nonexistent".into(),
@@ -1626,7 +1628,7 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
         ("zsh", "#compdef kubectl-nodewright"),
         ("fish", "complete -c kubectl-nodewright"),
     ] {
-        let script = run_binary(common::BIN, &["completion".into(), shell.into()], None).await;
+        let script = run_binary(common::bin(), &["completion".into(), shell.into()], None).await;
         assert!(
             script.ok().contains(marker),
             "{shell}: {}",
@@ -1666,7 +1668,7 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
     ] {
         let mut args: Vec<String> = command.iter().map(|a| (*a).to_owned()).collect();
         args.push("--help".into());
-        let help = run_binary(common::BIN, &args, None).await;
+        let help = run_binary(common::bin(), &args, None).await;
         let text = help.ok();
         assert!(
             text.contains("Examples:\n  "),
@@ -1679,7 +1681,9 @@ async fn version_completion_help_and_kubectl_nodewright_through_kubectl() {
     let kubectl = cluster
         .binary("kubectl")
         .unwrap_or_else(|| "kubectl".into());
-    let bin_dir = std::path::Path::new(common::BIN).parent().expect("bin dir");
+    let bin_dir = std::path::Path::new(common::bin())
+        .parent()
+        .expect("bin dir");
     let path = format!(
         "{}:{}:{}",
         bin_dir.display(),
@@ -1742,8 +1746,8 @@ async fn migrate_from_skyhook_keeps_what_is_installed() {
         .await
         .expect("namespace");
     let name = "cli-migrate";
-    let crds =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skyhook-crds.yaml");
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/cli_fixtures/skyhook-crds.yaml");
     cluster
         .kubectl(&["apply", "--server-side", "-f", &crds.display().to_string()])
         .await
@@ -2343,15 +2347,20 @@ async fn kubectls_connection_flags_reach_the_cluster_without_a_kubeconfig() {
         all
     };
     let absent = format!("no operator Deployment in namespace {ns}");
-    let with_ca = run_binary(common::BIN, &flags(&["--certificate-authority", &ca]), None).await;
+    let with_ca = run_binary(
+        common::bin(),
+        &flags(&["--certificate-authority", &ca]),
+        None,
+    )
+    .await;
     assert!(with_ca.ok().contains(&absent), "{with_ca:#?}");
-    let insecure = run_binary(common::BIN, &flags(&["--insecure-skip-tls-verify"]), None).await;
+    let insecure = run_binary(common::bin(), &flags(&["--insecure-skip-tls-verify"]), None).await;
     assert!(insecure.ok().contains(&absent), "{insecure:#?}");
     // No CA the server's certificate chains to, or the wrong name: TLS refuses.
-    let unknown = run_binary(common::BIN, &flags(&[]), None).await;
+    let unknown = run_binary(common::bin(), &flags(&[]), None).await;
     unknown.fails(1, "certificate");
     let wrong_name = run_binary(
-        common::BIN,
+        common::bin(),
         &flags(&[
             "--certificate-authority",
             &ca,

@@ -19,8 +19,20 @@ use nodewright_e2e::Cluster;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-/// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_kubectl-nodewright");
+/// The binary under test: `NODEWRIGHT_CLI_BIN` when set, else `kubectl-nodewright` built from the
+/// workspace ([`nodewright_e2e::binaries::workspace_binary_of`]).
+pub fn bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        nodewright_e2e::binaries::workspace_binary_of(
+            "NODEWRIGHT_CLI_BIN",
+            "nodewright-cli",
+            "kubectl-nodewright",
+        )
+        .to_string_lossy()
+        .into_owned()
+    })
+}
 
 /// What a run of the binary gave.
 #[derive(Debug, Clone)]
@@ -70,7 +82,7 @@ pub async fn cli(cluster: &Cluster, namespace: &str, args: &[&str]) -> Run {
         namespace.into(),
     ];
     all.extend(args.iter().map(|a| (*a).to_owned()));
-    run_binary(BIN, &all, None).await
+    run_binary(bin(), &all, None).await
 }
 
 /// Runs `program` with `args` (stdin from `stdin`, else /dev/null).
