@@ -11,9 +11,10 @@
 //! - `nodewright_stage_timeouts_total{nodewright_name,package_name,package_version,stage}`: stages
 //!   that timed out (retries spent on genuine failures, or an interrupt past its bound).
 //!
-//! A Complete Job's outcome is recorded either by the rollout pass (with the next stage, the common
-//! path) or by the outcome controller after `ABSORB_GRACE`; both call [`StageMetrics::finished`]
-//! once the Job is marked recorded, and a recorded Job is never recorded again, so each finished
+//! A Complete Job's outcome is recorded by the rollout pass (with the next stage, the common path, or
+//! on its own when no node write of the pass carries it) or, for a Job no reconciled NodeWright
+//! owns, by the outcome controller; each calls [`StageMetrics::finished`] once the Job is marked
+//! recorded, and a recorded Job is never recorded again, so each finished
 //! stage is observed once. All series of a NodeWright are removed with its gauges when it is
 //! deleted ([`crate::metrics::nodewright_gauges::StateMetrics::forget`]).
 

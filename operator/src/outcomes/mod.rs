@@ -35,6 +35,7 @@ use nodewright_core::jobs::stored::{CONTROLLER_UID_LABEL, StoredJob, StoredPod};
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::record::{Record, apply_record};
 use nodewright_core::node::state::parse_state;
+use nodewright_shared::api::NodeWright;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::State;
 use serde_json::json;
@@ -51,12 +52,6 @@ pub const STUCK_RECHECK: Duration = Duration::from_secs(30);
 /// A Job at `FailureTarget` for longer than this (its pods on an unreachable node cannot finish)
 /// surfaces as erroring (DESIGN §4.4).
 pub const STUCK_BOUND: Duration = Duration::from_secs(120);
-
-/// How long the outcome recorder leaves a Complete Job to the rollout, which folds its outcome into
-/// the node write that records the next stage (one write, and the next Job created in the same
-/// pass). Past it, the rollout is not planning that node (it left the selection, its NodeWright is
-/// gone or blocked) and the recorder records the outcome itself.
-pub const ABSORB_GRACE: Duration = Duration::from_secs(10);
 
 /// How long before `now` the moment `since` was (zero for a moment still to come: clocks differ).
 pub(crate) fn age(
@@ -85,12 +80,6 @@ fn condition_age(job: &StoredJob, type_: &str) -> Option<Duration> {
 /// How long the Job has been at `FailureTarget=True`.
 fn stuck_for(job: &StoredJob) -> Option<Duration> {
     condition_age(job, "FailureTarget")
-}
-
-/// What is left of [`ABSORB_GRACE`] for a Complete Job (`None`: it is over).
-fn absorb_grace_left(job: &StoredJob) -> Option<Duration> {
-    let age = condition_age(job, "Complete")?;
-    ABSORB_GRACE.checked_sub(age).filter(|left| !left.is_zero())
 }
 
 /// The pods of the Job with this uid in the pod store (running Jobs: a stale read only delays an
@@ -168,8 +157,6 @@ struct Seen<'a> {
     node: &'a str,
     annotation: PackageAnnotation,
     interrupt: bool,
-    /// The node as cached.
-    cached_node: Option<Arc<Node>>,
     /// Its pods that count as attempts ([`counted_pods`]).
     pods: Vec<StoredPod>,
     outcome: JobOutcome,
@@ -237,7 +224,6 @@ async fn observe<'a>(
         name,
         node,
         annotation,
-        cached_node,
         pods,
         outcome,
     })
@@ -287,31 +273,49 @@ async fn on_running(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileE
     }))
 }
 
-/// Terminal path, Complete: left to the rollout for [`ABSORB_GRACE`] (it records the outcome with
-/// the next stage), then recorded here.
+/// Terminal path, Complete: the rollout of the Job's NodeWright owns the outcome (it records it
+/// with the node's next stage, or on its own when no pass can: [`nodewright_core::rollout::absorb::unabsorbable`]); the Job's
+/// completion is an event of that NodeWright, which runs the pass. Recorded here only when no
+/// NodeWright this operator reconciles owns it (its pass will never run).
 async fn on_succeeded(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileError> {
-    let moved_on = seen
-        .cached_node
-        .as_deref()
-        .is_some_and(|n| recorded_past(n, &seen.annotation));
-    if let Some(left) = absorb_grace_left(seen.job).filter(|_| !moved_on) {
-        // The rollout records it with the next stage; look again once the grace is over.
-        return Ok(Action::requeue(left + Duration::from_millis(100)));
+    let owner = ObjectRef::<NodeWright>::new(&seen.annotation.nodewright);
+    if ctx.nodewrights.get(&owner).is_some() {
+        return Ok(Action::await_change());
     }
-    // Past the grace, or already recorded by a pass that could not mark it (it stopped
-    // between its node write and the mark): record (a no-op then) and mark at once.
-    seen.record(ctx, Record::Complete).await?;
+    record_completion(ctx, seen.job).await?;
+    Ok(Action::await_change())
+}
+
+/// Records a Complete Job's outcome on its node (a no-op write when the record moved on: a pass
+/// recorded it and stopped before the mark) and marks it recorded.
+pub(crate) async fn record_completion(
+    ctx: &Context,
+    job: &StoredJob,
+) -> Result<(), ReconcileError> {
+    let (Some(annotation), Some(node)) = (package_of(job), node_of(job)) else {
+        return Ok(());
+    };
+    record(
+        ctx,
+        node,
+        &annotation,
+        is_interrupt_job(job),
+        Record::Complete,
+    )
+    .await?;
     ctx.writer
         .mark_job_recorded(
-            &seen.name,
+            &job.name_any(),
             Recorded::Complete,
             ctx.config.jobs.defaults.ttl_succeeded_seconds(),
         )
         .await?;
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    let pods = counted_pods(job, pods_of(&ctx.pods, &uid));
     ctx.metrics
         .stages()
-        .finished(seen.job, &seen.pods, StageResult::Complete);
-    Ok(Action::await_change())
+        .finished(job, &pods, StageResult::Complete);
+    Ok(())
 }
 
 /// Terminal path, genuine failures: the stage timed out. Recorded erroring, the evidence pruned
@@ -372,14 +376,6 @@ async fn on_stuck(ctx: &Context, seen: &Seen<'_>) -> Result<Action, ReconcileErr
         seen.record(ctx, Record::Erroring(failed)).await?;
     }
     Ok(Action::requeue(STUCK_RECHECK))
-}
-
-/// Whether the node's entry for the Job's package and version shows its stage done: complete at
-/// that stage, or at another stage since (a pass recorded the outcome with the next stage).
-fn recorded_past(node: &Node, job: &PackageAnnotation) -> bool {
-    parse_state(node, &job.nodewright)
-        .and_then(|s| s.get(&job.name, &job.version).cloned())
-        .is_some_and(|r| r.stage != job.stage || r.state == Some(State::Complete))
 }
 
 /// Whether the node's entry for the Job's package, version and stage is `erroring`: the live path saw

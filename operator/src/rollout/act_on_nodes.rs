@@ -44,6 +44,8 @@ pub struct Acted {
     pub at_gates: bool,
     /// The first failure in node order (the other nodes were still worked on).
     pub first_error: Option<ReconcileError>,
+    /// The completed Jobs whose outcomes the acts wrote into node records and marked.
+    pub absorbed: std::collections::BTreeSet<String>,
 }
 
 /// What the pass does on one node.
@@ -84,6 +86,8 @@ struct Done {
     at_gates: bool,
     cap_held: Option<CapState>,
     error: Option<ReconcileError>,
+    /// The completed Jobs recorded with the node's write and marked.
+    absorbed: Vec<String>,
 }
 
 /// Acts on every selected node of the decision. A node's failure does not stop the others. The
@@ -171,6 +175,7 @@ pub async fn act_on_nodes(
         draining: false,
         at_gates: false,
         first_error: None,
+        absorbed: std::collections::BTreeSet::new(),
     };
     let mut errors = BTreeMap::new();
     for d in done {
@@ -181,6 +186,7 @@ pub async fn act_on_nodes(
         if let Some(e) = d.error {
             errors.insert(d.name.clone(), e);
         }
+        acted.absorbed.extend(d.absorbed);
         acted.results.insert(d.name, (d.state, d.status));
     }
     acted.first_error = errors.into_values().next();
@@ -209,6 +215,7 @@ async fn act_on_node(
         at_gates: false,
         cap_held: None,
         error: None,
+        absorbed: Vec::new(),
     };
     match act {
         Act::Malformed => return (done, node),
@@ -232,6 +239,7 @@ async fn act_on_node(
                     done.cap_held = result.cap_held;
                     done.state = Some(result.state);
                     done.status = result.status;
+                    done.absorbed = result.absorbed;
                 }
                 Err(e) => {
                     done.state = Some(state);
@@ -258,7 +266,13 @@ async fn act_on_node(
             };
             let result = match mark_node(ctx, &node, &marked).await {
                 // Marked only once their outcomes are in the node's records.
-                Ok(true) => advance_node::mark_absorbed(ctx, &absorbed).await,
+                Ok(true) => {
+                    let result = advance_node::mark_absorbed(ctx, &absorbed).await;
+                    if result.is_ok() {
+                        done.absorbed = absorbed;
+                    }
+                    result
+                }
                 Ok(false) => Ok(()),
                 Err(e) => Err(e),
             };
@@ -458,5 +472,84 @@ mod tests {
         );
         let started: Vec<String> = created(&state).into_iter().map(|(n, _, _)| n).collect();
         assert_eq!(started, ["node-1"]);
+    }
+
+    /// The Jobs marked `state-recorded` in a pass, by name.
+    fn marked(state: &crate::writes::mock::ClusterState) -> Vec<String> {
+        let mut names: Vec<String> = state
+            .seen
+            .iter()
+            .filter(|r| r.method == http::Method::PATCH && r.path.contains("/jobs/"))
+            .filter(|r| {
+                r.body["metadata"]["annotations"][keys::STATE_RECORDED_ANNOTATION]
+                    == serde_json::json!("complete")
+            })
+            .filter_map(|r| r.path.rsplit('/').next().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The rollout records every Complete outcome of its NodeWright, once: a Job of a node still
+    /// selected with that node's next stage, and a Job of a node that left the selection on its
+    /// own (no timer leaves it to another recorder).
+    #[tokio::test]
+    async fn a_completion_on_a_node_that_left_the_selection_is_recorded_by_the_pass() {
+        let fresh = snapshot(nodewright(), (0..3).map(node).collect(), vec![]);
+        let first = pass_over(&fresh).await;
+        let started: Vec<String> = created(&first).into_iter().map(|(n, _, _)| n).collect();
+        assert_eq!(started, ["node-0", "node-1"]);
+        // Their Jobs complete; node-0 leaves the pool meanwhile.
+        let mut next = super::super::pass_fixtures::after(&fresh, &first, true);
+        for n in &mut next.nodes {
+            if n.metadata.name.as_deref() == Some("node-0") {
+                n.metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert("pool".into(), "cpu".into());
+            }
+        }
+        let second = pass_over(&next).await;
+        let record = |node: &str| {
+            serde_json::from_value::<k8s_openapi::api::core::v1::Node>(second.nodes[node].clone())
+                .ok()
+                .and_then(|n| nodewright_core::node::state::parse_state(&n, "gpu"))
+                .and_then(|s| s.get("tools", "1.0.0").cloned())
+                .map(|r| (r.stage.to_string(), r.state))
+        };
+        // node-0's apply is recorded complete, nothing new starts there.
+        assert_eq!(
+            record("node-0"),
+            Some((
+                "apply".to_owned(),
+                Some(nodewright_shared::node_state::State::Complete)
+            ))
+        );
+        assert!(
+            !created(&second).iter().any(|(n, _, _)| n == "node-0"),
+            "nothing starts on a node the NodeWright no longer selects"
+        );
+        // node-1's outcome went with its next stage.
+        assert!(
+            created(&second)
+                .iter()
+                .any(|(n, _, s)| n == "node-1" && s == "config"),
+            "{:?}",
+            created(&second)
+        );
+        // Each Job marked exactly once.
+        let jobs: Vec<String> = ["node-0", "node-1"]
+            .iter()
+            .map(|n| {
+                nodewright_core::naming::package_job_name(
+                    "gpu",
+                    "tools",
+                    "1.0.0",
+                    nodewright_shared::node_state::Stage::Apply,
+                    n,
+                )
+            })
+            .collect();
+        assert_eq!(marked(&second), jobs);
     }
 }

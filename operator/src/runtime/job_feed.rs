@@ -89,9 +89,9 @@ pub(crate) fn job_feed(
 
 /// What a rollout pass reads of a Job, as a stamp: its conditions, suspension, deletion, a
 /// recorded outcome other than `complete`, and whether it carries a note the node's condition
-/// names (pods not created, an image not pulled). The `complete` mark is written by the pass that folded
-/// the outcome into the node (or, past the grace, next to a node write that wakes the rollout), so
-/// it wakes no pass: on a fleet that was one extra pass per stage.
+/// names (pods not created, an image not pulled). The `complete` mark is written by the pass that
+/// recorded the outcome (`absorb`), so it wakes no pass: on a fleet that was one extra pass per
+/// stage.
 pub(crate) fn rollout_stamp(job: &StoredJob) -> u64 {
     let conditions: Vec<(&str, &str, Option<&str>)> = job
         .status

@@ -66,6 +66,8 @@ pub struct NodeResult {
     pub at_gates: bool,
     /// The cluster-wide disruption cap held its cordon back (the cap as counted then).
     pub cap_held: Option<CapState>,
+    /// The completed Jobs whose outcomes this pass wrote into the node's records and marked.
+    pub absorbed: Vec<String>,
 }
 
 impl NodeResult {
@@ -77,6 +79,7 @@ impl NodeResult {
             draining: false,
             at_gates: false,
             cap_held: None,
+            absorbed: Vec::new(),
         }
     }
 }
@@ -283,6 +286,7 @@ pub async fn advance(
             draining,
             at_gates: at_gates && !Judged::passed(judged) && !Judged::failed(judged),
             cap_held: write.cap_held,
+            absorbed: held.absorbed,
         });
     }
     // The node vanished or its state became unreadable while we worked: report it blocked.
