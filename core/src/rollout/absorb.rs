@@ -279,7 +279,7 @@ mod tests {
                 absorbed: &absorbed,
             })
         };
-        assert_eq!(names(&unabsorbable(&nw, &jobs, row)), [a_apply.clone()]);
+        assert_eq!(names(&unabsorbable(&nw, &jobs, row)), [a_apply]);
 
         // Records still waiting on `a`'s apply: the node write of a later pass carries it.
         let mut waiting = NodeState::default();
