@@ -35,7 +35,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::{Cluster, FATE_LABEL, PodFate};
 
@@ -45,6 +45,7 @@ use nodewright_shared::api::{NodeWright, NodeWrightSpec, Sequencing, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
+use support::create_scoped_nodewright;
 use support::{
     BOUND, Operator, SuiteOperator, cluster, condition, create_fake_node, node_state, on_nodes,
     own_node, package, patch_nodewright, wait_nodewright, wait_status,
@@ -83,13 +84,9 @@ async fn create_scoped(
         ..NodeWrightSpec::default()
     };
     let mut nw = NodeWright::new(name, spec);
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.to_owned())]));
     nw.metadata.annotations =
         annotation.map(|key| BTreeMap::from([(key.to_owned(), "true".to_owned())]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("NodeWright created");
+    create_scoped_nodewright(client, SUITE_LABEL, ns, nw).await;
 }
 
 /// The node a Job (or pod template) is pinned to.

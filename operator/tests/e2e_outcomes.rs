@@ -40,12 +40,12 @@ use nodewright_shared::api::{
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
+use support::admin_http::{scrape, series_value};
 use support::{
     BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
     fate_for, job_package, node_state, on_nodes, package, wait_event, wait_status,
     wait_timed_out_job,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -153,31 +153,6 @@ async fn create_nodes(client: &kube::Client, prefix: &str, count: usize) -> Vec<
         names.push(name);
     }
     names
-}
-
-/// One plain HTTP/1.1 GET of `/metrics` on `addr`.
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connect to the admin server");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("request");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .expect("response");
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response
-}
-
-/// The value of the series whose line starts with `series` (name and labels, exactly).
-fn series_value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

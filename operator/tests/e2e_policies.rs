@@ -92,15 +92,17 @@ use nodewright_shared::api::{
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 mod support;
+use support::admin_http::{scrape, series_value};
+use support::create_scoped_nodewright;
 use support::{
     BOUND, Operator, SuiteOperator, cluster, condition, create_fake_node, node_state, on_nodes,
     package, patch_node, status_is, wait_nodewright, wait_nodewright_gone, wait_status,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Label that scopes each test's operator to its own NodeWrights (value: the test's namespace).
 const SUITE_LABEL: &str = "nodewright.test/policies";
@@ -137,17 +139,7 @@ fn every_pod_succeeds_after(delay: &'static str) -> JobHook {
 
 /// Creates the NodeWright `name` for the operator of the test of namespace `ns`.
 async fn create_nodewright(client: &kube::Client, ns: &str, name: &str, spec: NodeWrightSpec) {
-    // NodeWrightSpec::default() has priority 0, which the CRD rejects; the API default is 200.
-    let spec = NodeWrightSpec {
-        priority: nodewright_shared::api::DEFAULT_PRIORITY,
-        ..spec
-    };
-    let mut nw = NodeWright::new(name, spec);
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.to_owned())]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("NodeWright created");
+    create_scoped_nodewright(client, SUITE_LABEL, ns, NodeWright::new(name, spec)).await;
 }
 
 /// Creates the DeploymentPolicy `name` with `spec` (JSON, as a user writes it).
@@ -1067,31 +1059,6 @@ async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair
     let r = state.get("pkg", "1.0.0").expect("record");
     assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
     delete_nodes(&client, &names).await;
-}
-
-/// One plain HTTP/1.1 GET of `/metrics` on `addr`.
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connect to the admin server");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("request");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .expect("response");
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response
-}
-
-/// The value of the series whose line starts with `series` (name and labels, exactly).
-fn series_value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The `nodewright_*` sample lines of the NodeWright `name`.

@@ -59,6 +59,7 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use prometheus_client::registry::Registry;
 use serde_json::json;
+use support::create_scoped_nodewright;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
@@ -1288,7 +1289,7 @@ async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
     // A second auto-tainting NodeWright on the (now touched) node: it runs, the node is not tainted.
     let watch = TaintWatch::start(&client, &name).await;
     let second = format!("{ns}-second");
-    let mut nw = NodeWright::new(
+    let nw = NodeWright::new(
         &second,
         NodeWrightSpec {
             priority: nodewright_shared::api::DEFAULT_PRIORITY,
@@ -1296,12 +1297,7 @@ async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
             ..spec
         },
     );
-    // Labelled for this test's operator.
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.clone())]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("second NodeWright created");
+    create_scoped_nodewright(&client, SUITE_LABEL, &ns, nw).await;
     wait_status(cluster, &client, &second, Status::Complete).await;
     assert!(!watch.seen(), "a touched node is never tainted again");
     for nw in [&ns, &second] {

@@ -39,7 +39,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::PodFate;
 
@@ -49,6 +49,7 @@ use nodewright_shared::api::{Interrupt, InterruptType, NodeWright, NodeWrightSpe
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
+use support::create_scoped_nodewright;
 use support::{
     BOUND, Operator, SuiteOperator, cluster, create_labelled_nodewright, fate_for, node_state,
     on_nodes, own_node, package, patch_nodewright, spawn_for, wait_event, wait_nodewright,
@@ -300,16 +301,7 @@ fn watch_jobs(
 
 /// Creates a NodeWright labelled for this test's operator (several per test).
 async fn create_scoped(client: &kube::Client, ns: &str, name: &str, spec: NodeWrightSpec) {
-    let spec = NodeWrightSpec {
-        priority: nodewright_shared::api::DEFAULT_PRIORITY,
-        ..spec
-    };
-    let mut nw = NodeWright::new(name, spec);
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.to_owned())]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("NodeWright created");
+    create_scoped_nodewright(client, SUITE_LABEL, ns, NodeWright::new(name, spec)).await;
 }
 
 /// The NodeWright `name` on `node` with one package, `boot`, whose interrupt restarts containerd.
@@ -852,15 +844,11 @@ async fn g_a_stage_timeout_admission_filled_follows_the_operators_current_defaul
             ..NodeWrightSpec::default()
         },
     );
-    nw.metadata.labels = Some(BTreeMap::from([(SUITE_LABEL.to_owned(), ns.clone())]));
     nw.metadata.annotations = Some(BTreeMap::from([(
         keys::DEFAULTED_STAGE_TIMEOUTS_ANNOTATION.to_owned(),
         r#"{"filled":"1h","changed":"1h"}"#.to_owned(),
     )]));
-    Api::<NodeWright>::all(client.clone())
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("NodeWright created");
+    create_scoped_nodewright(&client, SUITE_LABEL, &ns, nw).await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
 
     let jobs = Api::<Job>::namespaced(client.clone(), &ns)

@@ -43,3 +43,29 @@ pub async fn get_with_token(port: u16, path: &str, token: Option<&str>) -> Optio
         .unwrap_or_default();
     Some((code, body))
 }
+
+/// One plain HTTP/1.1 GET of `/metrics` on `addr` (an in-process operator's admin server): the
+/// whole response, which must be a 200.
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the admin server");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The value of the series whose line starts with `series` (name and labels, exactly).
+pub fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}

@@ -253,13 +253,25 @@ pub async fn create_labelled_nodewright(
     name: &str,
     spec: NodeWrightSpec,
 ) -> NodeWright {
-    // NodeWrightSpec::default() has priority 0, which the CRD rejects; the API default is 200.
-    let spec = NodeWrightSpec {
-        priority: nodewright_shared::api::DEFAULT_PRIORITY,
-        ..spec
-    };
-    let mut nw = NodeWright::new(name, spec);
-    nw.metadata.labels = Some(BTreeMap::from([(suite_label.to_owned(), name.to_owned())]));
+    create_scoped_nodewright(client, suite_label, name, NodeWright::new(name, spec)).await
+}
+
+/// Creates `nw` labelled `suite_label=scope`, so only the test operator scoped to `scope` sees it,
+/// with the API's default priority when it has none (`NodeWrightSpec::default()` has priority 0,
+/// which the CRD rejects; the API default is 200).
+pub async fn create_scoped_nodewright(
+    client: &kube::Client,
+    suite_label: &str,
+    scope: &str,
+    mut nw: NodeWright,
+) -> NodeWright {
+    if nw.spec.priority == 0 {
+        nw.spec.priority = nodewright_shared::api::DEFAULT_PRIORITY;
+    }
+    nw.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(suite_label.to_owned(), scope.to_owned());
     Api::<NodeWright>::all(client.clone())
         .create(&PostParams::default(), &nw)
         .await
