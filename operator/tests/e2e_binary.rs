@@ -71,23 +71,19 @@ async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
     api.create(&PostParams::default(), &nw)
         .await
         .expect("NodeWright created");
-    let done = cluster
-        .wait_for("NodeWright complete", BOUND, || {
-            let api = api.clone();
-            let ns = ns.clone();
-            async move {
-                let nw = api
-                    .get(&ns)
-                    .await
-                    .map_err(|e| cluster.kube_error("get".into(), e))?;
-                Ok(nw
-                    .status
-                    .filter(|s| s.status == Some(Status::Complete))
-                    .map(|s| s.complete_nodes))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let done = support::wait_pick(
+        cluster,
+        api,
+        &ns,
+        "NodeWright complete",
+        |nw: &NodeWright| {
+            nw.status
+                .as_ref()
+                .filter(|s| s.status == Some(Status::Complete))
+                .map(|s| s.complete_nodes.clone())
+        },
+    )
+    .await;
     assert_eq!(done, format!("{n}/{n}", n = cluster.node_names().len()));
 
     let pid = child.id().expect("pid");

@@ -799,28 +799,24 @@ async fn g_a_timed_out_node_fails_its_batch_and_the_failure_threshold_stops_the_
     // The first batch (the broken node) times out: a failed batch below the safety limit with
     // failureThreshold 1 stops the rollout, instead of the node pinning its batch forever.
     let api = Api::<NodeWright>::all(client.clone());
-    let batch = cluster
-        .wait_for("the rollout stopped", BOUND, || {
-            let api = api.clone();
-            let ns = ns.clone();
-            async move {
-                let nw = api
-                    .get(&ns)
-                    .await
-                    .map_err(|e| cluster.kube_error("get".into(), e))?;
-                Ok(nw
-                    .status
-                    .and_then(|s| {
-                        s.compartment_statuses
-                            .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
-                            .cloned()
-                    })
-                    .and_then(|c| c.batch_state)
-                    .filter(|b| b.should_stop))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let batch = support::wait_pick(
+        cluster,
+        api.clone(),
+        &ns,
+        "the rollout stopped",
+        |nw: &NodeWright| {
+            nw.status
+                .as_ref()
+                .and_then(|s| {
+                    s.compartment_statuses
+                        .get(nodewright_shared::api::DEFAULT_COMPARTMENT)
+                        .cloned()
+                })
+                .and_then(|c| c.batch_state)
+                .filter(|b| b.should_stop)
+        },
+    )
+    .await;
     assert_eq!(
         (
             batch.failed_nodes,

@@ -203,23 +203,18 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
 
     // The snapshot is written as soon as the Job is seen stuck. The pod never ran (nothing on the
     // node answered), so it names the pod and its phase rather than a log.
-    let annotated = cluster
-        .wait_for("the last-logs snapshot on the Job", BOUND, || {
-            let jobs = jobs.clone();
-            let name = job_name.clone();
-            async move {
-                let job = jobs
-                    .get(&name)
-                    .await
-                    .map_err(|e| cluster.kube_error("job".into(), e))?;
-                Ok(job
-                    .annotations()
-                    .contains_key(keys::LAST_LOGS_ANNOTATION)
-                    .then_some(job))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let annotated = support::wait_pick(
+        cluster,
+        jobs.clone(),
+        &job_name,
+        "the last-logs snapshot on the Job",
+        |job: &Job| {
+            job.annotations()
+                .contains_key(keys::LAST_LOGS_ANNOTATION)
+                .then(|| job.clone())
+        },
+    )
+    .await;
     let snapshot = annotated.annotations()[keys::LAST_LOGS_ANNOTATION].clone();
     assert_eq!(
         snapshot,

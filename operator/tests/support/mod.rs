@@ -318,7 +318,24 @@ async fn wait_object<K>(
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let ready = &ready;
+    wait_pick(cluster, api, name, what, |object: &K| {
+        ready(object).then(|| object.clone())
+    })
+    .await
+}
+
+/// Reads the object `name` of `api` until `pick` takes something from it; returns that.
+pub async fn wait_pick<K, T>(
+    cluster: &Cluster,
+    api: Api<K>,
+    name: &str,
+    what: &str,
+    pick: impl Fn(&K) -> Option<T>,
+) -> T
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let pick = &pick;
     cluster
         .wait_for(what, BOUND, || {
             let api = api.clone();
@@ -327,7 +344,7 @@ where
                     .get(name)
                     .await
                     .map_err(|e| cluster.kube_error(format!("get {name}"), e))?;
-                Ok(ready(&object).then_some(object))
+                Ok(pick(&object))
             }
         })
         .await
