@@ -28,15 +28,13 @@
 //! hanging.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::{Cluster, FATE_LABEL, PodFate};
 
 mod support;
@@ -45,6 +43,7 @@ use nodewright_shared::api::{NodeWright, NodeWrightSpec, Sequencing, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
+use support::Watched;
 use support::create_scoped_nodewright;
 use support::{
     BOUND, Operator, SuiteOperator, cluster, condition, create_fake_node, node_state, on_nodes,
@@ -153,32 +152,6 @@ async fn release(cluster: &Cluster, client: &kube::Client, ns: &str, nodewright:
     .expect("held pod released");
 }
 
-/// Every Job the namespace ever showed, by uid (the last version seen): a Job whose outcome is
-/// recorded gets a TTL, and a later list could miss it.
-fn watch_jobs(
-    api: Api<Job>,
-) -> (
-    Arc<Mutex<BTreeMap<String, Job>>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let seen: Arc<Mutex<BTreeMap<String, Job>>> = Arc::default();
-    let sink = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(next) = stream.next().await {
-            if let Ok(job) = next
-                && let Some(uid) = job.metadata.uid.clone()
-            {
-                sink.lock().expect("lock").insert(uid, job);
-            }
-        }
-    });
-    (seen, task)
-}
-
 /// The Jobs of `nodewright` (on `node`, or anywhere) among `jobs`.
 fn jobs_of<'a>(jobs: &'a [Job], nodewright: &str, node: Option<&str>) -> Vec<&'a Job> {
     jobs.iter()
@@ -190,12 +163,12 @@ fn jobs_of<'a>(jobs: &'a [Job], nodewright: &str, node: Option<&str>) -> Vec<&'a
 /// Every Job of `nodewright` (on `node`, or anywhere) the watch saw or the API lists now (the watch
 /// may trail the API by an event; a listed Job is certainly there).
 async fn all_jobs_of(
-    seen: &Mutex<BTreeMap<String, Job>>,
+    seen: &Watched<Job>,
     api: &Api<Job>,
     nodewright: &str,
     node: Option<&str>,
 ) -> Vec<Job> {
-    let mut all = seen.lock().expect("lock").clone();
+    let mut all = seen.latest_by_uid();
     for job in api.list(&ListParams::default()).await.expect("jobs").items {
         if let Some(uid) = job.metadata.uid.clone() {
             all.entry(uid).or_insert(job);
@@ -210,13 +183,7 @@ async fn all_jobs_of(
 
 /// The Job's condition `type_` (True), with its transition time.
 fn job_condition(job: &Job, type_: &str) -> Option<Time> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
-        .and_then(|c| c.last_transition_time.clone())
+    support::job_condition_time(job, type_)
 }
 
 /// When the first of `jobs` was created.
@@ -313,7 +280,7 @@ async fn a_with_node_sequencing_a_later_nodewright_waits_per_node_for_the_earlie
     // Priority orders them, not the name: the earlier one's name sorts last.
     let (earlier, later) = (format!("{ns}-z-earlier"), format!("{ns}-a-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let (seen, watch) = watch_jobs(jobs.clone());
+    let watch = Watched::start(jobs.clone(), kube::runtime::watcher::Config::default());
     let operator = start_operator(client.clone(), &ns, Some(hold(&earlier, &slow)));
     let nodes = [fast.as_str(), slow.as_str()];
     create_scoped(&client, &ns, &earlier, 1, Sequencing::Node, &nodes, None).await;
@@ -370,7 +337,7 @@ async fn a_with_node_sequencing_a_later_nodewright_waits_per_node_for_the_earlie
             .as_deref(),
         Some("waiting")
     );
-    let on_slow = all_jobs_of(&seen, &jobs, &later, Some(&slow)).await;
+    let on_slow = all_jobs_of(&watch, &jobs, &later, Some(&slow)).await;
     assert!(
         on_slow.is_empty(),
         "the later NodeWright ran on the slow node before the earlier one was complete there: {:?}",
@@ -385,11 +352,11 @@ async fn a_with_node_sequencing_a_later_nodewright_waits_per_node_for_the_earlie
         assert!(complete_on(&client, node, &earlier).await, "{node}");
         assert!(complete_on(&client, node, &later).await, "{node}");
     }
-    watch.abort();
+    watch.stop();
 
     // The order, from the Jobs' own timestamps: on each node the later NodeWright's first Job was
     // created once the earlier one's Jobs there had completed...
-    let seen: Vec<Job> = seen.lock().expect("lock").values().cloned().collect();
+    let seen: Vec<Job> = watch.latest();
     for node in nodes {
         let earlier_done = last_completed(&jobs_of(&seen, &earlier, Some(node)), &earlier);
         let later_start = first_created(&jobs_of(&seen, &later, Some(node)), &later);
@@ -429,7 +396,7 @@ async fn b_with_sequencing_all_a_later_nodewright_waits_until_the_earlier_one_is
     }
     let (earlier, later) = (format!("{ns}-earlier"), format!("{ns}-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let (seen, watch) = watch_jobs(jobs.clone());
+    let watch = Watched::start(jobs.clone(), kube::runtime::watcher::Config::default());
     let operator = start_operator(client.clone(), &ns, Some(hold(&earlier, &held)));
     let nodes = [done.as_str(), held.as_str()];
     create_scoped(&client, &ns, &earlier, 1, Sequencing::All, &nodes, None).await;
@@ -469,7 +436,7 @@ async fn b_with_sequencing_all_a_later_nodewright_waits_until_the_earlier_one_is
             "no record of the later NodeWright on {node}"
         );
     }
-    let started = all_jobs_of(&seen, &jobs, &later, None).await;
+    let started = all_jobs_of(&watch, &jobs, &later, None).await;
     assert!(
         started.is_empty(),
         "the later NodeWright ran before the earlier one was complete on all of its nodes: {:?}",
@@ -483,11 +450,11 @@ async fn b_with_sequencing_all_a_later_nodewright_waits_until_the_earlier_one_is
     for node in nodes {
         assert!(complete_on(&client, node, &later).await, "{node}");
     }
-    watch.abort();
+    watch.stop();
 
     // The later NodeWright's first Job, on any node, was created once the earlier one's last Job
     // (on the held node) had completed.
-    let seen: Vec<Job> = seen.lock().expect("lock").values().cloned().collect();
+    let seen: Vec<Job> = watch.latest();
     let earlier_done = last_completed(&jobs_of(&seen, &earlier, None), &earlier);
     let later_start = first_created(&jobs_of(&seen, &later, None), &later);
     assert!(
@@ -507,7 +474,7 @@ async fn c_a_paused_earlier_nodewright_blocks_the_later_one_until_it_is_unpaused
     let (ns, node) = own_node(cluster, &client, "paused").await;
     let (earlier, later) = (format!("{ns}-earlier"), format!("{ns}-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let (seen, watch) = watch_jobs(jobs.clone());
+    let watch = Watched::start(jobs.clone(), kube::runtime::watcher::Config::default());
     let operator = start_operator(client.clone(), &ns, None);
     let nodes = [node.as_str()];
     let pause = Some(keys::PAUSE_ANNOTATION);
@@ -539,7 +506,7 @@ async fn c_a_paused_earlier_nodewright_blocks_the_later_one_until_it_is_unpaused
     );
     assert!(!complete_on(&client, &node, &earlier).await);
     for nodewright in [&earlier, &later] {
-        let ran = all_jobs_of(&seen, &jobs, nodewright, None).await;
+        let ran = all_jobs_of(&watch, &jobs, nodewright, None).await;
         assert!(
             ran.is_empty(),
             "{nodewright} ran while the earlier NodeWright was paused: {:?}",
@@ -558,9 +525,9 @@ async fn c_a_paused_earlier_nodewright_blocks_the_later_one_until_it_is_unpaused
     wait_status(cluster, &client, &later, Status::Complete).await;
     assert!(complete_on(&client, &node, &earlier).await);
     assert!(complete_on(&client, &node, &later).await);
-    watch.abort();
+    watch.stop();
 
-    let seen: Vec<Job> = seen.lock().expect("lock").values().cloned().collect();
+    let seen: Vec<Job> = watch.latest();
     let earlier_done = last_completed(&jobs_of(&seen, &earlier, None), &earlier);
     let later_start = first_created(&jobs_of(&seen, &later, None), &later);
     assert!(
@@ -580,7 +547,7 @@ async fn d_a_disabled_earlier_nodewright_holds_nothing_back_does_no_work_and_sho
     let (ns, node) = own_node(cluster, &client, "disabled").await;
     let (earlier, later) = (format!("{ns}-earlier"), format!("{ns}-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let (seen, watch) = watch_jobs(jobs.clone());
+    let watch = Watched::start(jobs.clone(), kube::runtime::watcher::Config::default());
     let operator = start_operator(client.clone(), &ns, None);
     let nodes = [node.as_str()];
     let disable = Some(keys::DISABLE_ANNOTATION);
@@ -612,14 +579,14 @@ async fn d_a_disabled_earlier_nodewright_holds_nothing_back_does_no_work_and_sho
             .is_none_or(|s| s.get(PACKAGE, VERSION).is_none()),
         "no record of the disabled NodeWright on the node"
     );
-    let ran = all_jobs_of(&seen, &jobs, &earlier, None).await;
+    let ran = all_jobs_of(&watch, &jobs, &earlier, None).await;
     assert!(
         ran.is_empty(),
         "the disabled NodeWright ran: {:?}",
         ran.iter().map(|j| j.name_any()).collect::<Vec<_>>()
     );
     // The later one did run (its Jobs are what completed it).
-    assert!(!all_jobs_of(&seen, &jobs, &later, None).await.is_empty());
-    watch.abort();
+    assert!(!all_jobs_of(&watch, &jobs, &later, None).await.is_empty());
+    watch.stop();
     operator.stop().await;
 }

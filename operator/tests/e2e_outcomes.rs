@@ -19,14 +19,12 @@
 //!     rollout, and no stage runs again once its outcome was recorded (one Job, one pod each).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::PodFate;
 
 mod support;
@@ -40,13 +38,13 @@ use nodewright_shared::api::{
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
+use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::{
     BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
     fate_for, job_package, node_state, on_nodes, package, wait_event, wait_status,
     wait_timed_out_job,
 };
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Label that scopes each test's operator to its own NodeWright (distinct from the other suites).
@@ -78,69 +76,11 @@ fn condition(
     job: &Job,
     type_: &str,
 ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
-        .and_then(|c| c.last_transition_time.clone())
+    support::job_condition_time(job, type_)
 }
 
 fn finished(job: &Job) -> bool {
     condition(job, "Complete").is_some() || condition(job, "Failed").is_some()
-}
-
-/// Every version of every object of a kind the test's namespace ever showed, by uid (the last
-/// version seen): a watch sees objects that a later list would miss (deleted, replaced).
-struct Seen<K> {
-    objects: Arc<Mutex<BTreeMap<String, K>>>,
-    task: JoinHandle<()>,
-}
-
-impl<K> Seen<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    fn start(api: Api<K>) -> Self {
-        let objects: Arc<Mutex<BTreeMap<String, K>>> = Arc::default();
-        let sink = objects.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(next) = stream.next().await {
-                if let Ok(object) = next
-                    && let Some(uid) = object.meta().uid.clone()
-                {
-                    sink.lock().expect("lock").insert(uid, object);
-                }
-            }
-        });
-        Seen { objects, task }
-    }
-
-    fn all(&self) -> Vec<K> {
-        self.objects
-            .lock()
-            .expect("lock")
-            .values()
-            .cloned()
-            .collect()
-    }
-}
-
-impl<K> Drop for Seen<K> {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// Nodes of the test's own, so a policy's batches are not shared with other tests (each Ready
@@ -455,7 +395,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
         .expect("namespace");
     let node = cluster.node_names()[1].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let seen = Seen::start(pods.clone());
+    let seen = Watched::start(pods.clone(), kube::runtime::watcher::Config::default());
     // Pods of images named `.../hang` hang; the fixed image runs normally.
     let hook: JobHook = Arc::new(|job: &mut Job| {
         let hangs = job
@@ -508,7 +448,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
     // Every attempt ended by its own deadline.
     let uid = job.metadata.uid.clone().expect("uid");
     let mut attempts: Vec<Pod> = seen
-        .all()
+        .latest()
         .into_iter()
         .filter(|p| p.labels().get("batch.kubernetes.io/controller-uid") == Some(&uid))
         .collect();
@@ -637,8 +577,14 @@ async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
     let client = cluster.client().await.expect("client");
     let ns = cluster.create_namespace("killed").await.expect("namespace");
     let nodes: Vec<String> = cluster.node_names().to_vec();
-    let jobs_seen = Seen::start(Api::<Job>::namespaced(client.clone(), &ns));
-    let pods_seen = Seen::start(Api::<Pod>::namespaced(client.clone(), &ns));
+    let jobs_seen = Watched::start(
+        Api::<Job>::namespaced(client.clone(), &ns),
+        kube::runtime::watcher::Config::default(),
+    );
+    let pods_seen = Watched::start(
+        Api::<Pod>::namespaced(client.clone(), &ns),
+        kube::runtime::watcher::Config::default(),
+    );
     // Every attempt takes a moment, so the operator is killed with stages in flight.
     let slow = PodFate::succeed().delay("2s");
     let hook: JobHook = Arc::new(move |job: &mut Job| {
@@ -698,7 +644,7 @@ async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
     wait_status(cluster, &client, &ns, Status::Complete).await;
 
     // One Job per node, package and stage, never recreated, each with one successful attempt.
-    let jobs = jobs_seen.all();
+    let jobs = jobs_seen.latest();
     let mut per_stage: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
     for job in &jobs {
         let key = (
@@ -722,7 +668,7 @@ async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
     for (key, uids) in &per_stage {
         assert_eq!(uids.len(), 1, "{key:?} ran as more than one Job: {uids:?}");
     }
-    let pods = pods_seen.all();
+    let pods = pods_seen.latest();
     for job in &jobs {
         let uid = job.metadata.uid.clone().unwrap_or_default();
         let attempts: Vec<&Pod> = pods

@@ -73,13 +73,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use nodewright_e2e::{Cluster, PodFate};
 use nodewright_operator::JobHook;
 use nodewright_operator::metrics::Metrics;
@@ -92,10 +91,10 @@ use nodewright_shared::api::{
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 mod support;
+use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::create_scoped_nodewright;
 use support::{
@@ -213,62 +212,6 @@ async fn wait_complete_at(
         },
     )
     .await
-}
-
-/// Every version of every object a watch delivered, in the order delivered: a watch sees versions
-/// (and objects) that a later list would miss.
-struct Watched<K> {
-    seen: Arc<Mutex<Vec<K>>>,
-    task: JoinHandle<()>,
-}
-
-impl<K> Watched<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    fn start(api: Api<K>, config: watcher::Config) -> Self {
-        let seen: Arc<Mutex<Vec<K>>> = Arc::default();
-        let sink = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = watcher(api, config)
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(next) = stream.next().await {
-                if let Ok(object) = next {
-                    sink.lock().expect("lock").push(object);
-                }
-            }
-        });
-        Watched { seen, task }
-    }
-
-    fn all(&self) -> Vec<K> {
-        self.seen.lock().expect("lock").clone()
-    }
-
-    /// The last version seen of each object, by uid.
-    fn latest(&self) -> Vec<K> {
-        let mut by_uid: BTreeMap<String, K> = BTreeMap::new();
-        for object in self.all() {
-            if let Some(uid) = object.meta().uid.clone() {
-                by_uid.insert(uid, object);
-            }
-        }
-        by_uid.into_values().collect()
-    }
-}
-
-impl<K> Drop for Watched<K> {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 fn watch_jobs(client: &kube::Client, ns: &str) -> Watched<Job> {

@@ -28,13 +28,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use nodewright_e2e::{FATE_LABEL, PodFate};
 use nodewright_operator::JobHook;
 use nodewright_operator::{STUCK_BOUND, STUCK_RECHECK};
@@ -45,6 +44,7 @@ use serde_json::json;
 
 mod support;
 use nodewright_shared::api::DEFAULT_COMPARTMENT;
+use support::Watched;
 use support::{
     BOUND, cluster, condition_is, create_labelled_nodewright, node_state, on_nodes, own_node,
     package, pod_security, spawn_for, state_of, wait_event, wait_node, wait_nodewright,
@@ -59,12 +59,7 @@ fn condition<'a>(
     job: &'a Job,
     type_: &str,
 ) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
+    support::job_condition(job, type_)
 }
 
 /// Whether the node's record of `boot:1.0.0` for the NodeWright `nw` is `(interrupt, erroring)`.
@@ -84,43 +79,18 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
 
     // Every Job the namespace ever shows (a rerun would be a new Job), and the first moment the
     // node's record turns erroring, both from watches started before anything runs.
-    let seen_jobs: Arc<Mutex<BTreeMap<String, Job>>> = Arc::default();
-    let job_watch = {
-        let sink = seen_jobs.clone();
-        let api = jobs.clone();
-        tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(next) = stream.next().await {
-                if let Ok(job) = next
-                    && let Some(uid) = job.metadata.uid.clone()
-                {
-                    sink.lock().expect("lock").insert(uid, job);
-                }
-            }
-        })
-    };
+    let job_watch = Watched::start(jobs.clone(), watcher::Config::default());
     let first_erroring: Arc<Mutex<Option<Timestamp>>> = Arc::default();
     let node_watch = {
         let sink = first_erroring.clone();
         let api = Api::<Node>::all(client.clone());
         let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
         let nw = ns.clone();
-        tokio::spawn(async move {
-            let mut stream = watcher(api, config)
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(next) = stream.next().await {
-                if let Ok(n) = next
-                    && interrupt_erroring(&n, &nw)
-                {
-                    sink.lock()
-                        .expect("lock")
-                        .get_or_insert_with(Timestamp::now);
-                }
+        support::watch_applied(api, config, move |n: Node| {
+            if interrupt_erroring(&n, &nw) {
+                sink.lock()
+                    .expect("lock")
+                    .get_or_insert_with(Timestamp::now);
             }
         })
     };
@@ -326,12 +296,11 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
     wait_status(cluster, &client, &ns, Status::Erroring).await;
     // No rerun: the timed-out interrupt is the only interrupt Job the namespace ever had.
     operator.stop().await;
-    job_watch.abort();
+    job_watch.stop();
     node_watch.abort();
-    let interrupts: Vec<String> = seen_jobs
-        .lock()
-        .expect("lock")
-        .values()
+    let interrupts: Vec<String> = job_watch
+        .latest()
+        .iter()
         .filter(|j| j.labels().contains_key(keys::INTERRUPT_LABEL))
         .filter_map(|j| j.metadata.uid.clone())
         .collect();

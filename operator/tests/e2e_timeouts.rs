@@ -32,7 +32,7 @@
 //! orders are read from the objects' own timestamps.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -273,32 +273,6 @@ async fn a_the_live_paths_record_keeps_a_stage_timed_out_when_its_pods_are_gone_
     second.stop().await;
 }
 
-/// Every Job the namespace ever showed, by uid (the last version seen): the interrupt Job of an
-/// earlier rollout is deleted once recorded, and a later list would miss it.
-fn watch_jobs(
-    api: Api<Job>,
-) -> (
-    Arc<Mutex<BTreeMap<String, Job>>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let seen: Arc<Mutex<BTreeMap<String, Job>>> = Arc::default();
-    let sink = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(next) = stream.next().await {
-            if let Ok(job) = next
-                && let Some(uid) = job.metadata.uid.clone()
-            {
-                sink.lock().expect("lock").insert(uid, job);
-            }
-        }
-    });
-    (seen, task)
-}
-
 /// Creates a NodeWright labelled for this test's operator (several per test).
 async fn create_scoped(client: &kube::Client, ns: &str, name: &str, spec: NodeWrightSpec) {
     create_scoped_nodewright(client, SUITE_LABEL, ns, NodeWright::new(name, spec)).await;
@@ -330,7 +304,7 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
     let client = cluster.client().await.expect("client");
     let (ns, node) = own_node(cluster, &client, "gating").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let (seen, watch) = watch_jobs(jobs.clone());
+    let watch = support::Watched::start(jobs.clone(), watcher::Config::default());
     // `b-slow`'s apply takes a while; everything else succeeds at once.
     let hook = fate_for("slow", "apply", PodFate::succeed().delay("25s"));
     let operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
@@ -354,19 +328,14 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
     // and config while `b-slow`'s apply Job is still running on the node.
     let slow_apply = cluster
         .wait_for("b-slow's apply Job running", BOUND, || {
-            let seen = seen.clone();
+            let latest = watch.latest();
             async move {
-                Ok(seen
-                    .lock()
-                    .expect("lock")
-                    .values()
-                    .find(|j| {
-                        j.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply")
-                            && j.labels().get(keys::PACKAGE_LABEL).map(String::as_str)
-                                == Some("slow-1.0.0")
-                            && j.status.as_ref().and_then(|s| s.active) == Some(1)
-                    })
-                    .cloned())
+                Ok(latest.into_iter().find(|j| {
+                    j.labels().get(keys::STAGE_LABEL).map(String::as_str) == Some("apply")
+                        && j.labels().get(keys::PACKAGE_LABEL).map(String::as_str)
+                            == Some("slow-1.0.0")
+                        && j.status.as_ref().and_then(|s| s.active) == Some(1)
+                }))
             }
         })
         .await
@@ -384,9 +353,9 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
     })
     .await;
     wait_status(cluster, &client, &slow, Status::Complete).await;
-    watch.abort();
+    watch.stop();
 
-    let seen = seen.lock().expect("lock").clone();
+    let seen = watch.latest_by_uid();
     let slow_done = seen
         .get(slow_apply.metadata.uid.as_deref().expect("uid"))
         .and_then(|j| condition(j, "Complete"))

@@ -9,9 +9,10 @@ pub mod admin_http;
 pub mod job_write_block;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Node};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -19,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_e2e::{Cluster, ClusterOptions, PodFate};
 use nodewright_operator::metrics::nodewright_gauges::StateMetrics;
 use nodewright_operator::runtime::config::OperatorConfig;
@@ -692,4 +694,114 @@ pub async fn wait_event(
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every version of every object a watch delivered, in the order delivered: a watch sees versions
+/// (and objects) that a later list would miss.
+pub struct Watched<K> {
+    seen: Arc<Mutex<Vec<K>>>,
+    task: JoinHandle<()>,
+}
+
+impl<K> Watched<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    /// Starts the watch.
+    pub fn start(api: Api<K>, config: watcher::Config) -> Self {
+        let seen: Arc<Mutex<Vec<K>>> = Arc::default();
+        let sink = seen.clone();
+        let task = watch_applied(api, config, move |object| {
+            sink.lock().expect("lock").push(object);
+        });
+        Watched { seen, task }
+    }
+
+    /// Every version delivered so far, in order.
+    pub fn all(&self) -> Vec<K> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// The last version seen of each object, by uid.
+    pub fn latest(&self) -> Vec<K> {
+        self.latest_by_uid().into_values().collect()
+    }
+
+    /// The last version seen of each object, keyed by uid.
+    pub fn latest_by_uid(&self) -> BTreeMap<String, K> {
+        let mut by_uid: BTreeMap<String, K> = BTreeMap::new();
+        for object in self.all() {
+            if let Some(uid) = object.meta().uid.clone() {
+                by_uid.insert(uid, object);
+            }
+        }
+        by_uid
+    }
+
+    /// Stops the watch (what it delivered stays).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl<K> Drop for Watched<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The Job's condition `type_` with status True.
+pub fn job_condition<'a>(
+    job: &'a Job,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// When the Job's condition `type_` turned True.
+pub fn job_condition_time(
+    job: &Job,
+    type_: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    job_condition(job, type_).and_then(|c| c.last_transition_time.clone())
+}
+
+/// Watches `api` (with `config`) from now on and hands every object version the watch delivers to
+/// `on`, in order, until the returned task is aborted.
+pub fn watch_applied<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut on: impl FnMut(K) + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(next) = stream.next().await {
+            if let Ok(object) = next {
+                on(object);
+            }
+        }
+    })
 }
