@@ -116,6 +116,16 @@ if [[ "$(id -u)" == 0 && " ${suites[*]} " == *" real-node "* && -z "${NODEWRIGHT
   eval "$(tests/images/build.sh 2>>"${out}/images-build.log" | tail -n 1)"
   export NODEWRIGHT_IMAGES_DIR
 fi
+# The real node installs the release's chart with its linux/amd64 images, as tests/run-all.sh
+# builds them (cached in the same place, so a run after run-all reuses them).
+if [[ "$(id -u)" == 0 && " ${suites[*]} " == *" real-node "* && -z "${NODEWRIGHT_RELEASE_DIR:-}" ]]; then
+  step "building the release images and chart for the real node (release/build.sh --images-only --arch amd64)"
+  release_env="$(NODEWRIGHT_DIST="$(cp_cache_root)/release/ci" \
+    release/build.sh --images-only --arch amd64 2>>"${out}/release-build.log" | tail -n 1)" \
+    || { tail -n 40 "${out}/release-build.log" >&2; echo "error: building the release images failed; see ${out}/release-build.log" >&2; exit 1; }
+  eval "${release_env}"
+  export NODEWRIGHT_RELEASE_DIR
+fi
 
 declare -A build_cell=()
 any_failed=false

@@ -26,6 +26,9 @@ use nodewright_e2e::{Cluster, ClusterOptions};
 use serde_json::Value;
 
 const REL: &str = "nw";
+/// The bound of every wait on the cluster here: a wait ends when its condition holds, and the bound
+/// only says when to give up on a broken one (generous: the suites may share a loaded machine).
+const BOUND: Duration = Duration::from_secs(240);
 
 /// `kubectl auth can-i` as a ServiceAccount: true for "yes" (kubectl exits 1 on "no").
 async fn can_i(cluster: &Cluster, ns: &str, sa: &str, args: &[&str]) -> bool {
@@ -623,7 +626,7 @@ async fn install_admit_upgrade_uninstall() {
         cluster
             .wait_for(
                 &format!("the viewer aggregated into {user}'s role"),
-                Duration::from_secs(60),
+                BOUND,
                 || async { Ok(can_i_as(&cluster, user, &["get", nw]).await.then_some(())) },
             )
             .await
@@ -696,8 +699,10 @@ async fn install_admit_upgrade_uninstall() {
     let mut operator = spawn_logged(command, &op_log);
     let operator_log = || std::fs::read_to_string(&op_log).unwrap_or_default();
     let injected = cluster
-        .wait_for("caBundle injected", Duration::from_secs(60), || async {
-            let b = bundles(&admin, &config_name).await;
+        .wait_for("caBundle injected", BOUND, || async {
+            let Some(b) = bundles(&admin, &config_name).await else {
+                return Ok(None);
+            };
             Ok(
                 (b.len() == 4 && b.iter().all(|x| !x.is_empty()) && b.iter().all(|x| *x == b[0]))
                     .then(|| b[0].clone()),
@@ -740,7 +745,7 @@ async fn install_admit_upgrade_uninstall() {
     cluster
         .wait_for(
             "a valid NodeWright admitted through the chart's webhook configurations",
-            Duration::from_secs(90),
+            BOUND,
             || async { Ok(cluster.kubectl(&["apply", "-f", &valid]).await.ok()) },
         )
         .await
@@ -926,14 +931,12 @@ async fn install_admit_upgrade_uninstall() {
         "admission after upgrade: {err}"
     );
     let after = cluster
-        .wait_for(
-            "caBundle present after upgrade",
-            Duration::from_secs(30),
-            || async {
-                let b = bundles(&admin, &config_name).await;
-                Ok((b.len() == 4 && b.iter().all(|x| *x == injected)).then_some(()))
-            },
-        )
+        .wait_for("caBundle present after upgrade", BOUND, || async {
+            let Some(b) = bundles(&admin, &config_name).await else {
+                return Ok(None);
+            };
+            Ok((b.len() == 4 && b.iter().all(|x| *x == injected)).then_some(()))
+        })
         .await;
     assert!(after.is_ok(), "caBundle changed or vanished after upgrade");
     let timeout = cluster
@@ -957,7 +960,7 @@ async fn install_admit_upgrade_uninstall() {
         cluster
             .wait_for(
                 &format!("the editor aggregated into {user}'s role"),
-                Duration::from_secs(60),
+                BOUND,
                 || async {
                     Ok(can_i_as(
                         &cluster,
@@ -1047,7 +1050,7 @@ async fn install_admit_upgrade_uninstall() {
         .await
         .expect("kill runs");
     assert!(killed.success());
-    let stopped = tokio::time::timeout(Duration::from_secs(60), operator.wait())
+    let stopped = tokio::time::timeout(BOUND, operator.wait())
         .await
         .expect("the operator stops after SIGTERM")
         .expect("exit status");
@@ -1074,47 +1077,34 @@ async fn install_admit_upgrade_uninstall() {
         .expect("helm uninstall");
     for (kind, obj_ns, name) in &objs {
         let gone = cluster
-            .wait_for(
-                &format!("{kind} {name} deleted"),
-                Duration::from_secs(60),
-                || async {
-                    Ok((!exists(&cluster, kind, obj_ns.as_deref(), name).await).then_some(()))
-                },
-            )
+            .wait_for(&format!("{kind} {name} deleted"), BOUND, || async {
+                Ok((!exists(&cluster, kind, obj_ns.as_deref(), name).await).then_some(()))
+            })
             .await;
         assert!(gone.is_ok(), "{kind} {name} left behind");
     }
     // Nothing in the release namespace but what Kubernetes itself puts in every namespace: neither
     // the chart's objects nor what the operator created (Jobs, their pods, ConfigMaps, the Lease).
     let leftovers = cluster
-        .wait_for(
-            "the release namespace emptied",
-            Duration::from_secs(60),
-            || async {
-                let names = cluster
-                    .kubectl(&[
-                        "get",
-                        "deploy,rs,pod,svc,sa,cm,secret,role,rolebinding,pdb,limitrange,hpa,lease,job",
-                        "-n",
-                        &ns,
-                        "-o",
-                        "name",
-                    ])
-                    .await
-                    .expect("list");
-                let left: Vec<String> = names
-                    .lines()
-                    .filter(|l| {
-                        !matches!(
-                            *l,
-                            "serviceaccount/default" | "configmap/kube-root-ca.crt"
-                        )
-                    })
-                    .map(str::to_owned)
-                    .collect();
-                Ok(left.is_empty().then_some(()))
-            },
-        )
+        .wait_for("the release namespace emptied", BOUND, || async {
+            let names = cluster
+                .kubectl(&[
+                    "get",
+                    "deploy,rs,pod,svc,sa,cm,secret,role,rolebinding,pdb,limitrange,hpa,lease,job",
+                    "-n",
+                    &ns,
+                    "-o",
+                    "name",
+                ])
+                .await
+                .expect("list");
+            let left: Vec<String> = names
+                .lines()
+                .filter(|l| !matches!(*l, "serviceaccount/default" | "configmap/kube-root-ca.crt"))
+                .map(str::to_owned)
+                .collect();
+            Ok(left.is_empty().then_some(()))
+        })
         .await;
     assert!(
         leftovers.is_ok(),

@@ -176,19 +176,22 @@ pub fn webhook_command(
 }
 
 /// Every caBundle (PEM) of the webhook configurations named `name`, mutating then validating
-/// (empty strings where absent).
-pub async fn bundles(client: &kube::Client, name: &str) -> Vec<String> {
+/// (empty strings where absent); `None` when either could not be read this time (a connection
+/// the apiserver reset under load: the caller looks again).
+pub async fn bundles(client: &kube::Client, name: &str) -> Option<Vec<String>> {
     let m = webhook_certs::publish::read_mutating(
         &Api::<MutatingWebhookConfiguration>::all(client.clone()),
         name,
     )
     .await
-    .expect("mutating");
+    .inspect_err(|e| eprintln!("reading the mutating configuration {name}: {e:?}"))
+    .ok()?;
     let v = webhook_certs::publish::read_validating(
         &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
         name,
     )
     .await
-    .expect("validating");
-    m.bundles().chain(v.bundles()).collect()
+    .inspect_err(|e| eprintln!("reading the validating configuration {name}: {e:?}"))
+    .ok()?;
+    Some(m.bundles().chain(v.bundles()).collect())
 }

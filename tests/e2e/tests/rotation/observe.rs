@@ -167,13 +167,15 @@ pub async fn watch(sources: Sources, timeline: Arc<Mutex<Timeline>>, stop: Cance
     while !stop.is_cancelled() {
         let ca = sources.secrets.get_opt(&sources.ca_secret).await;
         let tls = sources.secrets.get_opt(&sources.tls_secret).await;
-        let published = bundles(&sources.client, &sources.configuration).await;
-        let mut served = BTreeMap::new();
-        for (name, addr) in &sources.replicas {
-            served.insert(name.clone(), served_leaf(&probe, addr).await);
-        }
-        if !record(&timeline, ca, tls, &published, served) {
-            return;
+        // A look whose configurations could not be read is no look (nothing is recorded).
+        if let Some(published) = bundles(&sources.client, &sources.configuration).await {
+            let mut served = BTreeMap::new();
+            for (name, addr) in &sources.replicas {
+                served.insert(name.clone(), served_leaf(&probe, addr).await);
+            }
+            if !record(&timeline, ca, tls, &published, served) {
+                return;
+            }
         }
         tokio::select! {
             _ = stop.cancelled() => {}
