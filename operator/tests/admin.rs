@@ -3,13 +3,18 @@
 
 use std::sync::Arc;
 
+#[path = "support/admin_http.rs"]
+#[allow(dead_code)] // the HTTP helpers of the binary suites; this suite uses one
+mod admin_http;
+
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode, header};
 use nodewright_operator::metrics::Metrics;
 use nodewright_operator::runtime::admin::{Readiness, bind, bind_split, router, serve, serve_each};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+use admin_http::http11_get;
 
 async fn get(app: &axum::Router, path: &str) -> (StatusCode, Option<String>, String) {
     let response = app
@@ -107,18 +112,7 @@ async fn serves_on_a_socket_until_shutdown() {
         shutdown.clone(),
     ));
 
-    let mut stream = tokio::net::TcpStream::connect(local)
-        .await
-        .expect("connects");
-    stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("request");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .expect("response");
+    let response = http11_get(local, "/healthz").await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.ends_with("ok"), "{response}");
 
@@ -126,6 +120,14 @@ async fn serves_on_a_socket_until_shutdown() {
     let err = bind(&[local]).await.expect_err("in use");
     assert!(err.to_string().contains(&local.to_string()), "{err}");
 
+    stop(shutdown, server).await;
+}
+
+/// Stops the server `server` serves under `shutdown`: it must stop, without a panic or an error.
+async fn stop(
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<Result<(), impl std::fmt::Debug>>,
+) {
     shutdown.cancel();
     tokio::time::timeout(std::time::Duration::from_secs(10), server)
         .await
@@ -136,20 +138,7 @@ async fn serves_on_a_socket_until_shutdown() {
 
 /// `GET path` over a fresh HTTP/1.1 connection to `port`: the status code.
 async fn status_on(port: u16, path: &str) -> u16 {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connects");
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .expect("request");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .expect("response");
+    let response = http11_get(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path).await;
     response
         .split_whitespace()
         .nth(1)
@@ -188,12 +177,7 @@ async fn metrics_only_on_the_metrics_port_probes_only_on_the_probe_port() {
     assert_eq!(status_on(metrics_port, "/metrics").await, 200);
     assert_eq!(status_on(metrics_port, "/healthz").await, 404);
     assert_eq!(status_on(metrics_port, "/readyz").await, 404);
-    shutdown.cancel();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("stops on shutdown")
-        .expect("no panic")
-        .expect("no error");
+    stop(shutdown, server).await;
 
     // METRICS_LISTEN == PROBE_LISTEN: one listener, everything on it.
     let shared = nodewright_e2e::process::free_port();
@@ -212,10 +196,5 @@ async fn metrics_only_on_the_metrics_port_probes_only_on_the_probe_port() {
     for path in ["/metrics", "/healthz", "/readyz"] {
         assert_eq!(status_on(shared, path).await, 200, "{path}");
     }
-    shutdown.cancel();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("stops on shutdown")
-        .expect("no panic")
-        .expect("no error");
+    stop(shutdown, server).await;
 }

@@ -44,14 +44,17 @@ pub async fn get_with_token(port: u16, path: &str, token: Option<&str>) -> Optio
     Some((code, body))
 }
 
-/// One plain HTTP/1.1 GET of `/metrics` on `addr` (an in-process operator's admin server): the
-/// whole response, which must be a 200.
-pub async fn scrape(addr: std::net::SocketAddr) -> String {
+/// `GET path` over a fresh HTTP/1.1 connection (`Connection: close`) to `addr`: the whole
+/// response, status line and headers included.
+pub async fn http11_get(addr: std::net::SocketAddr, path: &str) -> String {
     let mut stream = TcpStream::connect(addr)
         .await
         .expect("connect to the admin server");
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
         .await
         .expect("request");
     let mut response = String::new();
@@ -59,6 +62,13 @@ pub async fn scrape(addr: std::net::SocketAddr) -> String {
         .read_to_string(&mut response)
         .await
         .expect("response");
+    response
+}
+
+/// One plain HTTP/1.1 GET of `/metrics` on `addr` (an in-process operator's admin server): the
+/// whole response, which must be a 200.
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    let response = http11_get(addr, "/metrics").await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     response
 }
