@@ -290,6 +290,21 @@ async fn run(schedule: Schedule) {
             .expect("scale the chart's Deployment to 0");
     }
     let settings = chart_settings(&manifest, &ns);
+    // The suite writes the Service's endpoints itself (Replica::publish_endpoint): without a
+    // selector, neither the Endpoints nor the EndpointSlice controller writes any.
+    cluster
+        .kubectl(&[
+            "patch",
+            "service",
+            &settings.service,
+            "-n",
+            &ns,
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/selector"}]"#,
+        ])
+        .await
+        .expect("the Service's selector removed");
     let webhook_deployment = format!("{REL}-nodewright-webhook");
     let webhook = container(find(&manifest, "Deployment", &webhook_deployment)).clone();
     let probe_period = Duration::from_secs(
@@ -387,6 +402,8 @@ async fn run(schedule: Schedule) {
         kubeconfig: wh_kubeconfig,
         probe_period,
         slices: Api::namespaced(admin.clone(), &ns),
+        endpoints: Api::namespaced(admin.clone(), &ns),
+        published: Default::default(),
     });
     let history: Arc<Mutex<Vec<Happening>>> = Arc::default();
     let replicas: Vec<Arc<Replica>> = ["a", "b"]

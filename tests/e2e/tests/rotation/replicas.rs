@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use nodewright_e2e::limits::{Cgroup, Usage};
@@ -88,6 +89,11 @@ pub struct Setup {
     pub kubeconfig: PathBuf,
     pub probe_period: Duration,
     pub slices: Api<EndpointSlice>,
+    /// The Service's Endpoints object, which the suite writes too ([`Replica::write_endpoints`]).
+    pub endpoints: Api<Endpoints>,
+    /// Each replica's port and readiness as last written to the Endpoints object (held across the
+    /// write, so two replicas' writes never interleave).
+    pub published: tokio::sync::Mutex<std::collections::BTreeMap<String, (u16, bool)>>,
 }
 
 fn slice_name(service: &str, replica: &str) -> String {
@@ -166,6 +172,51 @@ impl Replica {
             )
             .await
             .expect("endpoint slice created");
+        self.write_endpoints(setup, false)
+            .await
+            .expect("endpoints written");
+    }
+
+    /// The replicas' endpoints as the Service's one Endpoints object too: kube-aggregator's
+    /// resolver, which routes the apiserver's calls to a webhook Service, reads Endpoints in 1.31
+    /// and 1.32 and EndpointSlices in 1.35 and later. The Service has no selector here (no controller writes either),
+    /// and the object is labelled so the mirroring controller makes no slices of it.
+    async fn write_endpoints(&self, setup: &Setup, ready: bool) -> Result<(), kube::Error> {
+        let mut published = setup.published.lock().await;
+        published.insert(self.name.clone(), (self.port(), ready));
+        let subsets: Vec<Value> = published
+            .values()
+            .map(|(port, ready)| {
+                let key = if *ready {
+                    "addresses"
+                } else {
+                    "notReadyAddresses"
+                };
+                json!({
+                    key: [{"ip": ENDPOINT_IP}],
+                    "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                })
+            })
+            .collect();
+        let endpoints = json!({
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {
+                "name": setup.service,
+                "namespace": setup.namespace,
+                "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"},
+            },
+            "subsets": subsets,
+        });
+        setup
+            .endpoints
+            .patch(
+                &setup.service,
+                &PatchParams::apply("nodewright-e2e").force(),
+                &Patch::Apply(&endpoints),
+            )
+            .await
+            .map(|_| ())
     }
 
     async fn set_ready(&self, setup: &Setup, ready: bool) {
@@ -182,7 +233,7 @@ impl Replica {
                     &Patch::Merge(&patch),
                 )
                 .await;
-            if result.is_ok() {
+            if result.is_ok() && self.write_endpoints(setup, ready).await.is_ok() {
                 self.note(if ready { "ready" } else { "not ready" });
                 return;
             }
