@@ -15,9 +15,11 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use nodewright_core::jobs::stored::StoredJob;
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::state::{parse_state, status_edit};
 use nodewright_core::node::{conditions, cordon, runtime_cordon};
+use nodewright_core::rollout::absorb::{self, Folded};
 use nodewright_core::rollout::disruption::CapState;
 use nodewright_core::rollout::pass::{self, PassDecision, PassInput};
 use nodewright_core::rollout::runtime_taint;
@@ -100,6 +102,16 @@ pub async fn act_on_nodes(
     all_nodewrights: &[Arc<NodeWright>],
 ) -> Acted {
     let order = decision.node_orders();
+    // Before the acts take the absorbed Jobs out of the rows.
+    let unabsorbable: Vec<StoredJob> = absorb::unabsorbable(input.nodewright, input.jobs, |node| {
+        decision.rows.get(node).map(|row| Folded {
+            state: row.state.as_ref(),
+            absorbed: &row.absorbed,
+        })
+    })
+    .into_iter()
+    .cloned()
+    .collect();
     let names: Vec<String> = decision.rows.keys().cloned().collect();
     let mut tasks = Vec::with_capacity(names.len());
     for name in names {
@@ -190,7 +202,22 @@ pub async fn act_on_nodes(
         acted.results.insert(d.name, (d.state, d.status));
     }
     acted.first_error = errors.into_values().next();
+    record_unabsorbable(ctx, &unabsorbable, &mut acted).await;
     acted
+}
+
+/// Records on their own the completed stages no node write of this pass carried
+/// ([`absorb::unabsorbable`]), except those a node re-read during its act folded in after all: the
+/// rollout records every Complete outcome of its NodeWright. A failure is the pass's error.
+async fn record_unabsorbable(ctx: &Context, unabsorbable: &[StoredJob], acted: &mut Acted) {
+    for job in unabsorbable
+        .iter()
+        .filter(|job| !acted.absorbed.contains(&job.name_any()))
+    {
+        if let Err(e) = crate::outcomes::record_completion(ctx, job).await {
+            acted.first_error.get_or_insert(e);
+        }
+    }
 }
 
 /// One node's act; returns what happened and the node as cached (for its conditions).

@@ -6,7 +6,7 @@
 //! folds it into the node write that records the next stage ([`nodewright_core::rollout::absorb`])
 //! and marks it `state-recorded` after that write; one that no node write of the pass can carry
 //! (its node left the selection, or its record moved on when a pass stopped before the mark) is
-//! recorded by the pass on its own ([`absorb::unabsorbable`]). Everything else a Job or its pods
+//! recorded by the pass on its own ([`nodewright_core::rollout::absorb::unabsorbable`]). Everything else a Job or its pods
 //! did (failed attempts, timeouts, rejections, stuck Jobs) is recorded by [`crate::outcomes`],
 //! which records a Complete Job only when no NodeWright it reconciles owns it. Every node write is
 //! guarded by the node's resourceVersion and only written over the stage it describes, so a record
@@ -36,9 +36,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use nodewright_core::jobs::read::JobIndex;
-use nodewright_core::jobs::stored::StoredJob;
 use nodewright_core::node::state::parse_state;
-use nodewright_core::rollout::absorb::{self, Folded};
 use nodewright_core::rollout::disruption::{self, Rank};
 use nodewright_core::rollout::parts::{
     PassParts, annotation_on, defaulted_policy, own_jobs, pass_parts, selected_nodes,
@@ -344,28 +342,8 @@ async fn decide_and_act(
         warn!(nodewright = %name, %compartment, "failed batches reached the failure threshold; the rollout of this compartment stops until its batch state is reset");
     }
 
-    // Before the acts take the absorbed Jobs out of the rows.
-    let unabsorbable: Vec<StoredJob> = absorb::unabsorbable(&nw, &jobs, |node| {
-        decision.rows.get(node).map(|row| Folded {
-            state: row.state.as_ref(),
-            absorbed: &row.absorbed,
-        })
-    })
-    .into_iter()
-    .cloned()
-    .collect();
     let acted = act_on_nodes::act_on_nodes(ctx, &input, &mut decision, &all_nodewrights).await;
-    let (results, draining, mut first_error) = (acted.results, acted.draining, acted.first_error);
-    // The completed stages no node write of this pass recorded: recorded on their own (a node
-    // re-read during its act may have folded one in after all).
-    for job in unabsorbable
-        .iter()
-        .filter(|job| !acted.absorbed.contains(&job.name_any()))
-    {
-        if let Err(e) = crate::outcomes::record_completion(ctx, job).await {
-            first_error.get_or_insert(e);
-        }
-    }
+    let (results, draining, first_error) = (acted.results, acted.draining, acted.first_error);
     let at_gates = acted.at_gates;
     let held_by_cap = decision.held_by_cap.is_some();
     ctx.disruption.settle(&Rank::of(&nw), held_by_cap);
