@@ -1397,9 +1397,21 @@ impl Real<'_> {
         );
         // The kubelet records a container that died with its node as `Unknown`/255 (its shim died
         // with it, so nobody saw the exit); a signal is 137/143. A replacement pod: gone with it.
+        // The 1.31 kubelet keeps no last state of a container whose runtime record went with the
+        // reboot: it only counts the run again (restartCount 1). The interrupt container is what
+        // reboots the node, so its first run was still running when the node went down (the
+        // stage record above shows the boot ID change); that second run is the kubelet's answer.
         let gone_with_the_node = pods.len() > 1;
+        let run_again = pods.iter().any(|p| {
+            p["status"]["initContainerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["name"] == "interrupt" && c["restartCount"].as_i64() >= Some(1))
+        });
         assert!(
             gone_with_the_node
+                || run_again
                 || killed.iter().any(|t| {
                     matches!(t["exitCode"].as_i64(), Some(137 | 143))
                         || (t["exitCode"] == 255 && t["reason"] == "Unknown")

@@ -478,6 +478,8 @@ async fn run(schedule: Schedule) {
                  "packages": {"base": {"version": "1.0.0", "image": "ghcr.io/example/base"}}},
     }))
     .expect("NodeWright");
+    // What the last look at the setup saw, for the message when it never completes.
+    let last_setup: Mutex<String> = Mutex::default();
     let ready = cluster
         .wait_for(
             "setup: bundle published, both replicas ready, an admission through the Service",
@@ -507,19 +509,31 @@ async fn run(schedule: Schedule) {
                     .await
                     .map(|l| l.items.iter().map(|s| s.endpoints.len()).sum::<usize>())
                     .unwrap_or(1);
-                if !(t.unwrap_or(false) && h.unwrap_or(false) && pods == 0) {
-                    return Ok(None);
+                let mut note = format!(
+                    "bundle published and served: {t:?}, replicas ready: {h:?}, endpoints of the \
+                     controller's slice: {pods}"
+                );
+                let created = if t.unwrap_or(false) && h.unwrap_or(false) && pods == 0 {
+                    match nodewrights.create(&PostParams::default(), &first).await {
+                        Ok(_) => Some(()),
+                        Err(e) => {
+                            note.push_str(&format!(", admission through the Service: {e}"));
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                if let Ok(mut last) = last_setup.lock() {
+                    *last = note;
                 }
-                Ok(nodewrights
-                    .create(&PostParams::default(), &first)
-                    .await
-                    .ok()
-                    .map(|_| ()))
+                Ok(created)
             },
         )
         .await;
     if let Err(e) = ready {
-        panic!("{e}\n{}", logs());
+        let last = last_setup.lock().map(|l| l.clone()).unwrap_or_default();
+        panic!("{e}\nlast look at the setup: {last}\n{}", logs());
     }
     let setup_took = seeded.elapsed();
     assert!(
