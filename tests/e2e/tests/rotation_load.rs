@@ -499,16 +499,26 @@ async fn run(schedule: Schedule) {
                             .is_some_and(|e| e.what == "ready")
                     })
                 });
-                // The EndpointSlice controller's own slice is empty (no pod of the Deployment).
+                // No slice of the EndpointSlice controller names an endpoint. It wrote one for
+                // the chart's fake pods before the Deployment was scaled down and the selector
+                // removed, and it leaves the slices of a Service without a selector as they are:
+                // those endpoints (unreachable kwok pod IPs) are deleted here until none is left.
+                let controllers = ListParams::default().labels(&format!(
+                    "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io",
+                    settings.service
+                ));
                 let pods = setup
                     .slices
-                    .list(&ListParams::default().labels(&format!(
-                        "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io",
-                        settings.service
-                    )))
+                    .list(&controllers)
                     .await
                     .map(|l| l.items.iter().map(|s| s.endpoints.len()).sum::<usize>())
                     .unwrap_or(1);
+                if pods > 0 {
+                    let _ = setup
+                        .slices
+                        .delete_collection(&Default::default(), &controllers)
+                        .await;
+                }
                 let mut note = format!(
                     "bundle published and served: {t:?}, replicas ready: {h:?}, endpoints of the \
                      controller's slice: {pods}"
