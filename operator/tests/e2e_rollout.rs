@@ -59,13 +59,13 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use support::create_scoped_nodewright;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
     fate_for, job_package, node_state, on_nodes, operator_env, own_node, package, spawn_for,
     spawn_operator, wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
+use support::{create_scoped_nodewright, job_condition_time};
 
 /// Label that scopes each test's operator to its own NodeWright.
 const SUITE_LABEL: &str = "nodewright.test/suite";
@@ -135,16 +135,6 @@ async fn create_nodewright(client: &kube::Client, name: &str, spec: NodeWrightSp
 /// The fixture's fake nodes.
 fn fixture_nodes(cluster: &Cluster) -> Vec<&str> {
     cluster.node_names().iter().map(String::as_str).collect()
-}
-
-fn condition_time(job: &Job, type_: &str) -> Option<k8s_openapi::jiff::Timestamp> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
-        .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,8 +290,9 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
             .map(|t| t.0)
             .expect("created");
         for dep in ["alpha-1.0.0", "beta-2.1.0"] {
-            let dep_done =
-                condition_time(on_node(dep, "config"), "Complete").expect("dependency complete");
+            let dep_done = job_condition_time(on_node(dep, "config"), "Complete")
+                .map(|t| t.0)
+                .expect("dependency complete");
             assert!(
                 gamma_started >= dep_done,
                 "{node}: gamma started at {gamma_started} before {dep} completed at {dep_done}"
@@ -653,7 +644,7 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
         .next()
         .expect("apply Job");
     assert!(
-        condition_time(&apply, "Complete").is_some(),
+        job_condition_time(&apply, "Complete").is_some(),
         "the apply Job completed with backoffLimit 0"
     );
 }
@@ -945,7 +936,7 @@ async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
                 .expect("a Job on every node");
             let last = on_node
                 .iter()
-                .filter_map(|j| condition_time(j, "Complete"))
+                .filter_map(|j| job_condition_time(j, "Complete").map(|t| t.0))
                 .max()
                 .expect("completed Jobs");
             (first, last, node.clone())
@@ -1462,7 +1453,7 @@ async fn m_a_failed_job_no_operator_recorded_is_recorded_by_the_next() {
             let jobs = jobs_of(&client, &ns, "lost-1.0.0", "apply").await;
             Ok(jobs
                 .into_iter()
-                .find(|j| condition_time(j, "Failed").is_some()))
+                .find(|j| job_condition_time(j, "Failed").is_some()))
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));

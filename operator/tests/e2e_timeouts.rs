@@ -37,7 +37,6 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -49,12 +48,12 @@ use nodewright_shared::api::{Interrupt, InterruptType, NodeWright, NodeWrightSpe
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
-use support::create_scoped_nodewright;
 use support::{
     BOUND, Operator, SuiteOperator, cluster, create_labelled_nodewright, fate_for, node_state,
     on_nodes, own_node, package, patch_nodewright, spawn_for, wait_event, wait_nodewright,
     wait_status, wait_timed_out_job,
 };
+use support::{create_scoped_nodewright, job_condition_time};
 
 /// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
 const SUITE_LABEL: &str = "nodewright.test/timeouts-suite";
@@ -71,17 +70,6 @@ fn start_operator(
         .backoff_limit(backoff_limit)
         .hook(hook)
         .start()
-}
-
-/// The Job's condition `type_` (True), with its transition time.
-fn condition(job: &Job, type_: &str) -> Option<Time> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
-        .and_then(|c| c.last_transition_time.clone())
 }
 
 /// The pods of the Job with this uid.
@@ -166,7 +154,7 @@ async fn a_the_live_paths_record_keeps_a_stage_timed_out_when_its_pods_are_gone_
                 Ok(list
                     .items
                     .into_iter()
-                    .find(|j| condition(j, "Failed").is_some()))
+                    .find(|j| job_condition_time(j, "Failed").is_some()))
             }
         })
         .await
@@ -358,7 +346,7 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
     let seen = watch.latest_by_uid();
     let slow_done = seen
         .get(slow_apply.metadata.uid.as_deref().expect("uid"))
-        .and_then(|j| condition(j, "Complete"))
+        .and_then(|j| job_condition_time(j, "Complete"))
         .expect("b-slow's apply Job completed");
     let upgrade_interrupt = seen
         .values()
@@ -759,7 +747,11 @@ async fn d_pausing_spends_no_attempt() {
     wait_status(cluster, &client, &ns, Status::Complete).await;
     let job = jobs.get(&running.name_any()).await.expect("the same Job");
     assert_eq!(job.metadata.uid.as_deref(), Some(uid.as_str()));
-    assert!(condition(&job, "Complete").is_some(), "{:?}", job.status);
+    assert!(
+        job_condition_time(&job, "Complete").is_some(),
+        "{:?}",
+        job.status
+    );
     assert_eq!(
         job.status.as_ref().and_then(|s| s.failed).unwrap_or(0),
         0,

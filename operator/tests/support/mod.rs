@@ -703,16 +703,7 @@ pub struct Watched<K> {
     task: JoinHandle<()>,
 }
 
-impl<K> Watched<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
+impl<K: Watchable> Watched<K> {
     /// Starts the watch.
     pub fn start(api: Api<K>, config: watcher::Config) -> Self {
         let seen: Arc<Mutex<Vec<K>>> = Arc::default();
@@ -777,6 +768,29 @@ pub fn job_condition_time(
     job_condition(job, type_).and_then(|c| c.last_transition_time.clone())
 }
 
+/// A kind a test can watch ([`watch_applied`], [`Watched`]).
+pub trait Watchable:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watchable for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Watches `api` (with `config`) from now on and hands every object version the watch delivers to
 /// `on`, in order, until the returned task is aborted.
 pub fn watch_applied<K>(
@@ -785,13 +799,7 @@ pub fn watch_applied<K>(
     mut on: impl FnMut(K) + Send + 'static,
 ) -> JoinHandle<()>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watchable,
 {
     tokio::spawn(async move {
         let mut stream = watcher(api, config)
