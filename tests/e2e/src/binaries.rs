@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// `$override_var` when set, else `cargo build -p <name> --bin <name>` into the running test's
+/// `$override_var` when set (it must name an existing file), else `cargo build -p <name> --bin <name>` into the running test's
 /// target directory (a no-op when it is current), once per test process.
 pub fn workspace_binary(override_var: &str, name: &str) -> PathBuf {
     workspace_binary_of(override_var, name, name)
@@ -14,7 +14,17 @@ pub fn workspace_binary(override_var: &str, name: &str) -> PathBuf {
 pub fn workspace_binary_of(override_var: &str, package: &str, name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
     if let Some(path) = std::env::var_os(override_var) {
-        return PathBuf::from(path);
+        let path = PathBuf::from(path);
+        // A path that is not there would fail every test that runs it with a bare "No such file
+        // or directory": say which variable points where, and how to get the file.
+        assert!(
+            path.is_file(),
+            "{override_var}={} is not a file: build it (cargo build -p {package} --bin {name}, or \
+             cargo test --workspace --no-run, which builds it for {package}'s integration tests) \
+             or unset {override_var} to have the suite build it",
+            path.display()
+        );
+        return path;
     }
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
