@@ -256,7 +256,7 @@ async fn trial(
             );
             match fault {
                 Fault::KillLeader => {
-                    let holder = faults::leader(&client, &ns).await;
+                    let holder = nodewright_e2e::lease::operator_leader(&client, &ns).await;
                     let victim = replicas
                         .iter()
                         .position(|r| Some(&r.name) == holder.as_ref())

@@ -8,7 +8,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use kube::api::{Api, PostParams};
-use nodewright_e2e::{Cluster, ClusterOptions};
 use nodewright_operator::metrics::Metrics;
 use nodewright_operator::runtime::admin::{Readiness, bind, router_with_auth, serve};
 use nodewright_shared::api::{NodeWright, NodeWrightSpec, Package, Status};
@@ -23,10 +22,7 @@ const BOUND: Duration = Duration::from_secs(180);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let cluster = Cluster::shared(ClusterOptions::default())
-        .await
-        .expect("local control plane");
+    let cluster = support::cluster().await;
     let client = cluster.client().await.expect("client");
     let ns = cluster.create_namespace("binary").await.expect("namespace");
     let port = free_port();
@@ -105,10 +101,7 @@ async fn the_binary_leads_rolls_out_and_stops_on_sigterm() {
 /// refused (403), a forged token and no token are unauthenticated (401); the probes stay open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_authentication_admits_the_bound_token_only() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let cluster = Cluster::shared(ClusterOptions::default())
-        .await
-        .expect("local control plane");
+    let cluster = support::cluster().await;
     let ns = cluster
         .create_namespace("metrics-auth")
         .await

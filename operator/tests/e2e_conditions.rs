@@ -42,10 +42,11 @@ use serde_json::json;
 
 mod support;
 use support::{
-    BOUND, Operator, SuiteOperator, cluster, condition, condition_is, create_blocking_pdb,
-    create_fake_node, create_labelled_nodewright, create_workload_pod, delete_node, fate_for,
-    interrupt, job_package, on_nodes, operator_client, package, patch_node, patch_nodewright,
-    status_is, wait_event, wait_node, wait_nodewright, wait_nodewright_gone, wait_status,
+    BOUND, Operator, Scenario, SuiteOperator, cluster, condition, condition_is,
+    create_blocking_pdb, create_fake_node, create_labelled_nodewright, create_workload_pod,
+    delete_node, fate_for, interrupt, job_package, on_nodes, operator_client, package, patch_node,
+    patch_nodewright, spec_on, status_is, wait_event, wait_node, wait_nodewright,
+    wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -129,9 +130,11 @@ fn count(created: &Created, package_label: &str, stage: Option<&str>) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taints_and_the_ignore_label_block_nodes_and_say_so() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("taints").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("taints").await;
     let (tainted, ignored) = (format!("{ns}-tainted"), format!("{ns}-ignored"));
     create_fake_node(
         &client,
@@ -152,11 +155,7 @@ async fn taints_and_the_ignore_label_block_nodes_and_say_so() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&tainted, &ignored]),
-            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&tainted, &ignored], [("pkg", package("1.0.0", &[]))]),
     )
     .await;
 
@@ -213,12 +212,11 @@ async fn taints_and_the_ignore_label_block_nodes_and_say_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_uninstall_and_its_blocked_dependent_are_conditions() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("uninstall-fails")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("uninstall-fails").await;
     let node = format!("{ns}-node");
     create_fake_node(&client, &node, &[], json!([])).await;
     let created: Created = Arc::default();
@@ -233,14 +231,10 @@ async fn a_failing_uninstall_and_its_blocked_dependent_are_conditions() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([
-                ("base".to_owned(), uninstallable("1.0.0")),
-                ("dep".to_owned(), dependent),
-            ]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(
+            &[&node],
+            [("base", uninstallable("1.0.0")), ("dep", dependent)],
+        ),
     )
     .await;
     let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
@@ -297,12 +291,11 @@ async fn a_failing_uninstall_and_its_blocked_dependent_are_conditions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_waits_on_a_malformed_node_state_until_it_is_repaired() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("malformed")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("malformed").await;
     let node = format!("{ns}-node");
     create_fake_node(&client, &node, &[], json!([])).await;
     let created: Created = Arc::default();
@@ -316,11 +309,7 @@ async fn deletion_waits_on_a_malformed_node_state_until_it_is_repaired() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("keep".to_owned(), uninstallable("1.0.0"))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("keep", uninstallable("1.0.0"))]),
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
@@ -459,12 +448,11 @@ fn compartment_policy(name: &str, label: &str, count: i32) -> DeploymentPolicy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_changes_apply_without_waiting_for_a_resync() {
     const POLICY_LABEL: &str = "nodewright.test/policy";
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("policy-edit")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("policy-edit").await;
     let nodes: Vec<String> = (0..3).map(|i| format!("{ns}-n{i}")).collect();
     for node in &nodes {
         create_fake_node(&client, node, &[(POLICY_LABEL, ns.as_str())], json!([])).await;
@@ -477,13 +465,12 @@ async fn policy_changes_apply_without_waiting_for_a_resync() {
     );
     let mut held = package("1.0.0", &[]);
     held.stage_timeout = Some("0".into());
-    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
     create_labelled_nodewright(
         &client,
         SUITE_LABEL,
         &ns,
         NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
+            node_selectors: on_nodes(&nodes),
             deployment_policy: Some(ns.clone()),
             packages: BTreeMap::from([("held".to_owned(), held)]),
             ..NodeWrightSpec::default()
@@ -603,12 +590,11 @@ async fn policy_changes_apply_without_waiting_for_a_resync() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ready_condition_names_the_erroring_node() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("ready-names")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("ready-names").await;
     let (good, bad) = (format!("{ns}-good"), format!("{ns}-bad"));
     for node in [&good, &bad] {
         create_fake_node(&client, node, &[], json!([])).await;
@@ -629,11 +615,7 @@ async fn the_ready_condition_names_the_erroring_node() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&good, &bad]),
-            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&good, &bad], [("pkg", package("1.0.0", &[]))]),
     )
     .await;
     let nw = wait_nodewright(
@@ -683,12 +665,11 @@ async fn the_ready_condition_names_the_erroring_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_wait_for_ready_returns_once_the_rollout_completes() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("kubectl-wait")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("kubectl-wait").await;
     let node = format!("{ns}-node");
     create_fake_node(&client, &node, &[], json!([])).await;
     let _operator = start_operator(client.clone(), &ns, None);
@@ -696,14 +677,13 @@ async fn kubectl_wait_for_ready_returns_once_the_rollout_completes() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([
-                ("first".to_owned(), package("1.0.0", &[])),
-                ("second".to_owned(), package("1.0.0", &[("first", "1.0.0")])),
-            ]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(
+            &[&node],
+            [
+                ("first", package("1.0.0", &[])),
+                ("second", package("1.0.0", &[("first", "1.0.0")])),
+            ],
+        ),
     )
     .await;
     // Started right away: it waits through the rollout (the timeout is a bound, as BOUND is).
@@ -978,12 +958,11 @@ async fn a_drain_config_bounds_the_drain_and_can_bypass_the_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_administrators_cordon_outlives_an_interrupt_and_a_leftover_cordon_is_released() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("cordons")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("cordons").await;
     let nodes = Api::<Node>::all(client.clone());
     let unschedulable = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
     // Cordoned by an administrator before the NodeWright exists.
@@ -1012,11 +991,7 @@ async fn an_administrators_cordon_outlives_an_interrupt_and_a_leftover_cordon_is
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&admin, &free]),
-            packages: BTreeMap::from([("tuned".to_owned(), tuned)]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&admin, &free], [("tuned", tuned)]),
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Complete).await;

@@ -35,9 +35,9 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, SuiteOperator, cluster, create_blocking_pdb, create_labelled_nodewright,
-    create_workload_pod, interrupt, on_nodes, operator_client, package, patch_nodewright, state_of,
-    status_is, wait_nodewright, wait_nodewright_gone,
+    BOUND, Operator, Scenario, SuiteOperator, create_blocking_pdb, create_labelled_nodewright,
+    create_workload_pod, interrupt, on_nodes, operator_client, package, patch_nodewright, spec_on,
+    state_of, status_is, wait_nodewright, wait_nodewright_gone,
 };
 
 /// Label that scopes each test's operator to its own NodeWright (distinct from e2e_rollout's).
@@ -107,9 +107,11 @@ fn count(created: &Created, package: &str, stage: &str, node: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("config").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("config").await;
     let nodes: Vec<String> = cluster.node_names()[..2].to_vec();
     let created: Created = Arc::default();
     let _operator = start_operator(
@@ -298,12 +300,11 @@ async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_going() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("uninstall")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("uninstall").await;
     let nodes: Vec<String> = cluster.node_names()[..2].to_vec();
     let created: Created = Arc::default();
     let _operator = start_operator(
@@ -327,15 +328,7 @@ async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_goin
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&names),
-            packages: BTreeMap::from([
-                ("gone".to_owned(), gone),
-                ("keep".to_owned(), keep),
-                ("plain".to_owned(), plain),
-            ]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&names, [("gone", gone), ("keep", keep), ("plain", plain)]),
     )
     .await;
     wait_nodewright(cluster, &client, &ns, "complete", |nw| {
@@ -446,9 +439,11 @@ async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_goin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("nonint").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("nonint").await;
     // Node 2 is this test's alone: another NodeWright's drain would evict its workload pods.
     let node = cluster.node_names()[2].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -591,9 +586,11 @@ async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reboot_with_reapply_on_reboot_applies_everything_again() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("reboot").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("reboot").await;
     // Not node 2: its drain would evict test (j)'s workload pods.
     let node = cluster.node_names()[0].clone();
     let created: Created = Arc::default();
@@ -620,16 +617,7 @@ async fn reboot_with_reapply_on_reboot_applies_everything_again() {
         .expect("boot ID");
     let mut boot = package("1.0.0", &[]);
     boot.interrupt = interrupt(InterruptType::Reboot, &[]);
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("boot".to_owned(), boot)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_nodewright(&client, &ns, spec_on(&[&node], [("boot", boot)])).await;
     let nw = wait_nodewright(cluster, &client, &ns, "complete after the reapply", |nw| {
         status_is(nw, Status::Complete) && count(&created, "boot", "apply", &node) == 2
     })
@@ -657,9 +645,11 @@ async fn reboot_with_reapply_on_reboot_applies_everything_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_an_uninstall_installs_again() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("cancel").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("cancel").await;
     let node = cluster.node_names()[1].clone();
     let created: Created = Arc::default();
     // The uninstall hangs, so it is still running when it is cancelled.
@@ -679,16 +669,7 @@ async fn cancelling_an_uninstall_installs_again() {
         enabled: true,
         apply: false,
     });
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("pkg".to_owned(), pkg)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_nodewright(&client, &ns, spec_on(&[&node], [("pkg", pkg)])).await;
     wait_nodewright(cluster, &client, &ns, "complete", |nw| {
         status_is(nw, Status::Complete)
     })
@@ -768,12 +749,11 @@ fn mounted_configmap(job: &Job, volume: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_names_never_collide_and_old_names_are_cleaned_up() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("collide")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("collide").await;
     let node = cluster.node_names()[0].clone();
     // NodeWright `<ns>` with package `bb-cc` and `<ns>-bb` with package `cc`: upstream's names
     // `<nw>-<pkg>-<ver>` were the same, `<ns>-bb-cc-1.0.0`.

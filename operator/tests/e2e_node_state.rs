@@ -17,15 +17,15 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodewright_shared::api::{NodeWrightSpec, Status};
+use nodewright_shared::api::Status;
 use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 
 mod support;
 use support::{
-    SuiteOperator, cluster, condition, create_fake_node, create_labelled_nodewright, node_state,
-    on_nodes, package, patch_node, wait_nodewright, wait_status,
+    Scenario, SuiteOperator, condition, create_fake_node, create_labelled_nodewright, node_state,
+    package, patch_node, spec_on, wait_nodewright, wait_status,
 };
 
 const SUITE_LABEL: &str = "nodewright.test/node-state";
@@ -42,12 +42,11 @@ fn record(stage: &str, state: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("nodestate")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("nodestate").await;
     let key = keys::node_state_key(&ns);
     let valid = record("apply", "complete");
     // (node suffix, annotation value, how it is repaired: None = annotation removed)
@@ -118,16 +117,11 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
     };
 
     let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns).start();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_labelled_nodewright(
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&names, [("pkg", package("1.0.0", &[]))]),
     )
     .await;
     let good = names[0].clone();

@@ -46,8 +46,8 @@ use serde_json::json;
 use support::Watched;
 use support::create_scoped_nodewright;
 use support::{
-    BOUND, Operator, SuiteOperator, cluster, condition, create_fake_node, node_state, on_nodes,
-    own_node, package, patch_nodewright, wait_nodewright, wait_status,
+    BOUND, Operator, Scenario, SuiteOperator, cluster, condition, create_fake_node, node_state,
+    on_nodes, own_node, package, patch_nodewright, wait_nodewright, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
@@ -267,12 +267,11 @@ async fn barrier(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_with_node_sequencing_a_later_nodewright_waits_per_node_for_the_earlier_one() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("per-node")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("per-node").await;
     let (fast, slow) = (format!("{ns}-fast"), format!("{ns}-slow"));
     for node in [&fast, &slow] {
         create_fake_node(&client, node, &[], json!([])).await;
@@ -384,12 +383,11 @@ async fn a_with_node_sequencing_a_later_nodewright_waits_per_node_for_the_earlie
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_with_sequencing_all_a_later_nodewright_waits_until_the_earlier_one_is_done_everywhere() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("seq-all")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("seq-all").await;
     let (done, held) = (format!("{ns}-n0"), format!("{ns}-n1"));
     for node in [&done, &held] {
         create_fake_node(&client, node, &[], json!([])).await;

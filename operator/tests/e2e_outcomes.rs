@@ -41,9 +41,9 @@ use serde_json::json;
 use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::{
-    BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
-    fate_for, job_package, node_state, on_nodes, package, wait_event, wait_status,
-    wait_timed_out_job,
+    BOUND, Operator, Scenario, SuiteOperator, create_labelled_nodewright, create_numbered_nodes,
+    fate_for, job_package, job_pods, node_state, on_nodes, package, spec_on, wait_event,
+    wait_status, wait_timed_out_job,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -83,27 +83,14 @@ fn finished(job: &Job) -> bool {
     condition(job, "Complete").is_some() || condition(job, "Failed").is_some()
 }
 
-/// Nodes of the test's own, so a policy's batches are not shared with other tests (each Ready
-/// before it is returned, see [`support::wait_node_ready`]).
-async fn create_nodes(client: &kube::Client, prefix: &str, count: usize) -> Vec<String> {
-    let mut names = Vec::new();
-    for i in 0..count {
-        let name = format!("{prefix}-n{i}");
-        create_fake_node(client, &name, &[], json!([])).await;
-        names.push(name);
-    }
-    names
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_an_exponential_strategy_rolls_in_growing_batches_and_the_metrics_show_it() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("exponential")
-        .await
-        .expect("namespace");
-    let names = create_nodes(&client, &ns, 7).await;
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("exponential").await;
+    let names = create_numbered_nodes(&client, &ns, 7).await;
     let policy: DeploymentPolicy = serde_json::from_value(json!({
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
         "kind": "DeploymentPolicy",
@@ -132,12 +119,11 @@ async fn a_an_exponential_strategy_rolls_in_growing_batches_and_the_metrics_show
         admin_stop.clone(),
     ));
     let _operator = start_operator(client.clone(), &ns, 3, None, state_metrics);
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_nodewright(
         &client,
         &ns,
         NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
+            node_selectors: on_nodes(&names),
             deployment_policy: Some(ns.clone()),
             // Keep the final batch state readable (a reset would put it back to batch 1).
             deployment_policy_options: Some(DeploymentPolicyOptions {
@@ -276,9 +262,11 @@ async fn a_an_exponential_strategy_rolls_in_growing_batches_and_the_metrics_show
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_erroring_is_recorded_from_the_first_failure_while_the_job_runs() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("flaky").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("flaky").await;
     let node = cluster.node_names()[0].clone();
     let _operator = start_operator(
         client.clone(),
@@ -294,16 +282,7 @@ async fn b_erroring_is_recorded_from_the_first_failure_while_the_job_runs() {
     let mut flaky = package("1.0.0", &[]);
     // No deadline: the attempt the test holds hangs until the test lets it succeed.
     flaky.stage_timeout = Some("0".into());
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("flaky".to_owned(), flaky)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_nodewright(&client, &ns, spec_on(&[&node], [("flaky", flaky)])).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let apply = ListParams::default().labels(&format!("{}=apply", keys::STAGE_LABEL));
@@ -387,12 +366,11 @@ async fn b_erroring_is_recorded_from_the_first_failure_while_the_job_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_completes_it() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("hanging")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("hanging").await;
     let node = cluster.node_names()[1].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let seen = Watched::start(pods.clone(), kube::runtime::watcher::Config::default());
@@ -422,16 +400,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
     let mut hanging = package("1.0.0", &[]);
     hanging.image = "ghcr.io/nvidia/skyhook/hang".into();
     hanging.stage_timeout = Some("3s".into());
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("stuck".to_owned(), hanging)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_nodewright(&client, &ns, spec_on(&[&node], [("stuck", hanging)])).await;
     let job = wait_timed_out_job(cluster, &client, &ns).await;
     let failed = job
         .status
@@ -473,14 +442,10 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
             let uid = uid.clone();
             let middle = attempts[1].name_any();
             async move {
-                let list = pods
-                    .list(
-                        &ListParams::default()
-                            .labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
-                    )
+                let list = job_pods(&pods, &uid)
                     .await
                     .map_err(|e| cluster.kube_error("pods".into(), e))?;
-                let names: BTreeSet<String> = list.items.iter().map(|p| p.name_any()).collect();
+                let names: BTreeSet<String> = list.iter().map(|p| p.name_any()).collect();
                 Ok((!names.contains(&middle)).then_some(names))
             }
         })
@@ -529,9 +494,11 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_an_attempt_that_never_started_leaves_its_waiting_reason_as_last_logs() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("nopull").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("nopull").await;
     let node = cluster.node_names()[2].clone();
     let _operator = start_operator(
         client.clone(),
@@ -542,16 +509,7 @@ async fn e_an_attempt_that_never_started_leaves_its_waiting_reason_as_last_logs(
     );
     let mut nopull = package("1.0.0", &[]);
     nopull.stage_timeout = Some("2s".into());
-    create_nodewright(
-        &client,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("nopull".to_owned(), nopull)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_nodewright(&client, &ns, spec_on(&[&node], [("nopull", nopull)])).await;
     let job = wait_timed_out_job(cluster, &client, &ns).await;
     let logs = job
         .annotations()
@@ -573,9 +531,11 @@ async fn e_an_attempt_that_never_started_leaves_its_waiting_reason_as_last_logs(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("killed").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("killed").await;
     let nodes: Vec<String> = cluster.node_names().to_vec();
     let jobs_seen = Watched::start(
         Api::<Job>::namespaced(client.clone(), &ns),
@@ -599,18 +559,16 @@ async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
         Some(hook.clone()),
         StateMetrics::default(),
     );
-    let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
-            packages: BTreeMap::from([
-                ("one".to_owned(), package("1.0.0", &[])),
-                ("two".to_owned(), package("1.0.0", &[("one", "1.0.0")])),
-            ]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(
+            &nodes,
+            [
+                ("one", package("1.0.0", &[])),
+                ("two", package("1.0.0", &[("one", "1.0.0")])),
+            ],
+        ),
     )
     .await;
     // Killed once some stage's outcome is recorded and the rollout is not done.
@@ -697,13 +655,12 @@ async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_a_timed_out_node_fails_its_batch_and_the_failure_threshold_stops_the_rollout() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("stopped")
-        .await
-        .expect("namespace");
-    let names = create_nodes(&client, &ns, 3).await;
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("stopped").await;
+    let names = create_numbered_nodes(&client, &ns, 3).await;
     let policy: DeploymentPolicy = serde_json::from_value(json!({
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
         "kind": "DeploymentPolicy",
@@ -730,12 +687,11 @@ async fn g_a_timed_out_node_fails_its_batch_and_the_failure_threshold_stops_the_
         }
     });
     let _operator = start_operator(client.clone(), &ns, 0, Some(hook), StateMetrics::default());
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_nodewright(
         &client,
         &ns,
         NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
+            node_selectors: on_nodes(&names),
             deployment_policy: Some(ns.clone()),
             packages: BTreeMap::from([("brittle".to_owned(), package("1.0.0", &[]))]),
             ..NodeWrightSpec::default()

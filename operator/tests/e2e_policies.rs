@@ -98,8 +98,8 @@ use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::create_scoped_nodewright;
 use support::{
-    BOUND, Operator, SuiteOperator, cluster, condition, create_fake_node, node_state, on_nodes,
-    package, patch_node, status_is, wait_nodewright, wait_nodewright_gone, wait_status,
+    BOUND, Operator, Scenario, SuiteOperator, condition, create_nodes, node_state, on_nodes,
+    package, patch_node, spec_on, status_is, wait_nodewright, wait_nodewright_gone, wait_status,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -154,22 +154,6 @@ async fn create_policy(client: &kube::Client, name: &str, spec: serde_json::Valu
         .create(&PostParams::default(), &policy)
         .await
         .expect("DeploymentPolicy created");
-}
-
-/// Creates the fake nodes `<prefix>-<suffix>` with their labels, in this order (the rollout order
-/// within a compartment is creation time, then name); returns their names.
-async fn create_nodes(
-    client: &kube::Client,
-    prefix: &str,
-    nodes: &[(&str, &[(&str, &str)])],
-) -> Vec<String> {
-    let mut names = Vec::new();
-    for (suffix, labels) in nodes {
-        let name = format!("{prefix}-{suffix}");
-        create_fake_node(client, &name, labels, json!([])).await;
-        names.push(name);
-    }
-    names
 }
 
 async fn delete_nodes(client: &kube::Client, names: &[String]) {
@@ -348,12 +332,11 @@ fn batch_summary(b: &BatchState) -> (i32, i32, i32, i32, bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_compartments_follow_the_documented_tie_break() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("overlap")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("overlap").await;
     // n0: alpha (exponential) and bravo (fixed) ⇒ bravo: the safer strategy wins over the name.
     // n1: alpha only.
     // n2: bravo (fixed, ceiling 2) and charlie (fixed, ceiling 1) ⇒ charlie: the smaller ceiling
@@ -393,13 +376,12 @@ async fn overlapping_compartments_follow_the_documented_tie_break() {
     .await;
     let jobs = watch_jobs(&client, &ns);
     let _operator = start_operator(client.clone(), &ns, None, None);
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_nodewright(
         &client,
         &ns,
         &ns,
         NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
+            node_selectors: on_nodes(&names),
             deployment_policy: Some(ns.clone()),
             packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
             ..NodeWrightSpec::default()
@@ -435,9 +417,11 @@ async fn overlapping_compartments_follow_the_documented_tie_break() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_linear_strategy_grows_each_batch_by_delta() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("linear").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("linear").await;
     let names = create_nodes(
         &client,
         &ns,
@@ -471,13 +455,12 @@ async fn a_linear_strategy_grows_each_batch_by_delta() {
         Some(every_pod_succeeds_after("2s")),
         None,
     );
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_nodewright(
         &client,
         &ns,
         &ns,
         NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
+            node_selectors: on_nodes(&names),
             deployment_policy: Some(ns.clone()),
             // Keep the final batch state readable (a reset would put it back to batch 1).
             deployment_policy_options: Some(DeploymentPolicyOptions {
@@ -521,12 +504,11 @@ async fn a_linear_strategy_grows_each_batch_by_delta() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_compartment_keeps_its_nodes_in_progress_within_its_ceiling() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("ceilings")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("ceilings").await;
     let east: &[(&str, &str)] = &[(ZONE, "east")];
     let west: &[(&str, &str)] = &[(ZONE, "west")];
     let names = create_nodes(
@@ -574,13 +556,12 @@ async fn each_compartment_keeps_its_nodes_in_progress_within_its_ceiling() {
         Some(every_pod_succeeds_after("2s")),
         None,
     );
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_nodewright(
         &client,
         &ns,
         &ns,
         NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
+            node_selectors: on_nodes(&names),
             deployment_policy: Some(ns.clone()),
             deployment_policy_options: Some(DeploymentPolicyOptions {
                 reset_batch_state_on_completion: Some(false),
@@ -638,9 +619,11 @@ async fn each_compartment_keeps_its_nodes_in_progress_within_its_ceiling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_batch_state_on_completion_the_nodewright_option_wins_over_the_policy() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("reset").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("reset").await;
     let linear = json!({"linear": {"initialBatch": 1, "delta": 1}});
     let (resetting, keeping) = (format!("{ns}-on"), format!("{ns}-off"));
     create_policy(
@@ -675,13 +658,12 @@ async fn reset_batch_state_on_completion_the_nodewright_option_wins_over_the_pol
     let mut nodes_of = BTreeMap::new();
     for (name, policy, option, _) in &cases {
         let nodes = create_nodes(&client, name, &[("n0", &[]), ("n1", &[])]).await;
-        let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
         create_nodewright(
             &client,
             &ns,
             name,
             NodeWrightSpec {
-                node_selectors: on_nodes(&refs),
+                node_selectors: on_nodes(&nodes),
                 deployment_policy: Some((*policy).clone()),
                 deployment_policy_options: option.map(|reset| DeploymentPolicyOptions {
                     reset_batch_state_on_completion: Some(reset),
@@ -776,12 +758,11 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_after_uninstall_installs_fresh() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("downgrade-fresh")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("downgrade-fresh").await;
     let names = create_nodes(&client, &ns, &[("n0", &[])]).await;
     let node = names[0].clone();
     let jobs = watch_jobs(&client, &ns);
@@ -790,11 +771,7 @@ async fn a_downgrade_after_uninstall_installs_fresh() {
         &client,
         &ns,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("tool".to_owned(), uninstallable("2.0.0", false))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("tool", uninstallable("2.0.0", false))]),
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
@@ -847,12 +824,11 @@ async fn a_downgrade_after_uninstall_installs_fresh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_without_uninstall_applies_and_keeps_both_records() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("downgrade-kept")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("downgrade-kept").await;
     let names = create_nodes(&client, &ns, &[("n0", &[])]).await;
     let node = names[0].clone();
     let jobs = watch_jobs(&client, &ns);
@@ -864,17 +840,7 @@ async fn a_downgrade_without_uninstall_applies_and_keeps_both_records() {
         }),
         ..package("2.0.0", &[])
     };
-    create_nodewright(
-        &client,
-        &ns,
-        &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("tool".to_owned(), tool)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_nodewright(&client, &ns, &ns, spec_on(&[&node], [("tool", tool)])).await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
 
     let generation = patch_spec(
@@ -912,12 +878,11 @@ async fn a_downgrade_without_uninstall_applies_and_keeps_both_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("malformed")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("malformed").await;
     let names = create_nodes(&client, &ns, &[("good", &[]), ("bad", &[])]).await;
     let (good, bad) = (names[0].clone(), names[1].clone());
     let key = keys::node_state_key(&ns);
@@ -933,11 +898,7 @@ async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair
         &client,
         &ns,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&good, &bad]),
-            packages: BTreeMap::from([("pkg".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&good, &bad], [("pkg", package("1.0.0", &[]))]),
     )
     .await;
     let nw = wait_nodewright(
@@ -1014,12 +975,11 @@ fn series_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_nodewrights_metric_series_are_removed() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("metrics")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("metrics").await;
     let names = create_nodes(&client, &ns, &[("kept", &[]), ("gone", &[])]).await;
     let (kept, gone) = (format!("{ns}-kept"), format!("{ns}-gone"));
 
@@ -1056,11 +1016,7 @@ async fn a_deleted_nodewrights_metric_series_are_removed() {
             &client,
             &ns,
             name,
-            NodeWrightSpec {
-                node_selectors: on_nodes(&[node]),
-                packages: BTreeMap::from([("held".to_owned(), held.clone())]),
-                ..NodeWrightSpec::default()
-            },
+            spec_on(&[node], [("held", held.clone())]),
         )
         .await;
     }
@@ -1166,13 +1122,12 @@ async fn a_deleted_nodewrights_metric_series_are_removed() {
 
 /// Creates the NodeWright `ns`: package `tool` 1.0.0 on `names`, under the DeploymentPolicy `ns`.
 async fn create_tool_nodewright(client: &kube::Client, ns: &str, names: &[String]) {
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_nodewright(
         client,
         ns,
         ns,
         NodeWrightSpec {
-            node_selectors: on_nodes(&refs),
+            node_selectors: on_nodes(names),
             deployment_policy: Some(ns.to_owned()),
             packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
             ..Default::default()
@@ -1210,9 +1165,11 @@ fn offset_clock(offset: Arc<std::sync::atomic::AtomicI64>) -> nodewright_operato
 async fn the_cluster_wide_disruption_cap_bounds_every_nodewrights_cordons() {
     use nodewright_core::rollout::disruption::WAITING;
     use nodewright_shared::api::{InterruptType, InterruptionBudget};
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("cap").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("cap").await;
     let names = create_nodes(
         &client,
         &ns,
@@ -1243,13 +1200,12 @@ async fn the_cluster_wide_disruption_cap_bounds_every_nodewrights_cordons() {
     };
     let nodewrights = [format!("{ns}-a"), format!("{ns}-b")];
     for (nw, nodes) in nodewrights.iter().zip(names.chunks(3)) {
-        let refs: Vec<&str> = nodes.iter().map(String::as_str).collect();
         create_nodewright(
             &client,
             &ns,
             nw,
             NodeWrightSpec {
-                node_selectors: on_nodes(&refs),
+                node_selectors: on_nodes(nodes),
                 // Each NodeWright alone may cordon all three of its nodes at once.
                 interruption_budget: Some(InterruptionBudget {
                     count: Some(3),
@@ -1351,9 +1307,11 @@ async fn the_cluster_wide_disruption_cap_bounds_every_nodewrights_cordons() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_start_only_inside_a_maintenance_window() {
     use std::sync::atomic::{AtomicI64, Ordering};
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("window").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("window").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     create_policy(
         &client,
@@ -1431,9 +1389,11 @@ async fn nodes_start_only_inside_a_maintenance_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_batch_starts_only_after_the_soak() {
     use std::sync::atomic::{AtomicI64, Ordering};
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("soak").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("soak").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     create_policy(
         &client,
@@ -1592,12 +1552,11 @@ fn start_rollback_operator(client: &kube::Client, ns: &str, hook: JobHook) -> Op
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_rollout_rolls_back_once_to_the_last_good_revision() {
     use nodewright_shared::api::RollbackPhase;
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("rollback")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("rollback").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[]), ("n2", &[])]).await;
     let hook = v2_config_fails_on(names[1].clone());
     let operator = rollback_ground(&client, &ns, &names, hook.clone()).await;
@@ -1782,12 +1741,11 @@ async fn remove_admission_policy(client: &kube::Client, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_admission_refuses_is_recorded_and_the_rollout_stays_stopped() {
     use nodewright_shared::api::RollbackPhase;
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("rollback-refused")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("rollback-refused").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     let fails = support::fate_for("tool", "upgrade", PodFate::fail().exit_code(3));
     let operator = rollback_ground(&client, &ns, &names, fails).await;
@@ -1937,9 +1895,11 @@ async fn health_gates_hold_a_node_cordoned_until_they_pass() {
     use nodewright_core::rollout::pass::GATES_WAITING;
     use nodewright_shared::api::InterruptType;
     use std::sync::atomic::{AtomicI64, Ordering};
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("gates").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("gates").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     let (n0, n1) = (names[0].as_str(), names[1].as_str());
     let node_versions =
@@ -2241,12 +2201,11 @@ async fn serve_unhealthy(values: Arc<Mutex<BTreeMap<String, i32>>>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_firing_alert_holds_a_node_until_it_clears() {
     use nodewright_core::node::health_gates;
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("alertgate")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("alertgate").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     let (n0, n1) = (names[0].as_str(), names[1].as_str());
     let values = Arc::new(Mutex::new(BTreeMap::from([

@@ -61,9 +61,10 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
-    BOUND, Operator, SuiteOperator, cluster, create_fake_node, create_labelled_nodewright,
-    fate_for, job_package, node_state, on_nodes, operator_env, own_node, package, spawn_for,
-    spawn_operator, wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
+    BOUND, Operator, Scenario, SuiteOperator, cluster, create_fake_node,
+    create_labelled_nodewright, fate_for, job_package, job_pods, node_state, on_nodes,
+    operator_env, own_node, package, spawn_for, spawn_operator, spec_on, wait_nodewright,
+    wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
 
@@ -139,12 +140,11 @@ fn fixture_nodes(cluster: &Cluster) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_packages_with_dependencies_complete_on_every_node() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("rollout")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("rollout").await;
     let mut registry = Registry::with_prefix("nodewright");
     let operator_client = counted_client(cluster, &mut registry).await;
     let _operator = start_operator(operator_client, &ns, &ns, 3, None);
@@ -387,12 +387,11 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("failing")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("failing").await;
     let node = cluster.node_names()[0].clone();
     // Three attempts, so that the middle one is pruned from the evidence.
     let backoff_limit = 2;
@@ -406,11 +405,7 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("bad".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("bad", package("1.0.0", &[]))]),
     )
     .await;
     let job = wait_timed_out_job(cluster, &client, &ns).await;
@@ -455,14 +450,9 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
         .wait_for("the middle attempt pruned", BOUND, || {
             let (pods, uid) = (pods.clone(), uid.clone());
             async move {
-                let items = pods
-                    .list(
-                        &ListParams::default()
-                            .labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
-                    )
+                let items = job_pods(&pods, &uid)
                     .await
-                    .map_err(|e| cluster.kube_error("pods".into(), e))?
-                    .items;
+                    .map_err(|e| cluster.kube_error("pods".into(), e))?;
                 Ok((items.len() == 2).then_some(items))
             }
         })
@@ -498,12 +488,11 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_attempts_only_rejected_at_admission_run_again() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("rejected")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("rejected").await;
     let node = cluster.node_names()[1].clone();
     // The first apply Job of `rej` is rejected by the kubelet (OutOfcpu); later ones run.
     let created: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -525,11 +514,7 @@ async fn d_attempts_only_rejected_at_admission_run_again() {
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("rej".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("rej", package("1.0.0", &[]))]),
     )
     .await;
     let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
@@ -555,12 +540,11 @@ async fn d_attempts_only_rejected_at_admission_run_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_a_disrupted_attempt_spends_no_attempt() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("disrupted")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("disrupted").await;
     let node = cluster.node_names()[2].clone();
     // backoffLimit 0: one counted failure would fail the Job.
     let _operator = start_operator(
@@ -652,12 +636,11 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_interrupts_cordon_drain_and_run_one_merged_interrupt_per_node() {
     use nodewright_shared::api::{Interrupt, InterruptType};
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("interrupt")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("interrupt").await;
     let node = cluster.node_names()[0].clone();
     // A workload on the node that the drain must evict (a plain pod keeps running on kwok).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -683,11 +666,7 @@ async fn c_interrupts_cordon_drain_and_run_one_merged_interrupt_per_node() {
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("boot".to_owned(), boot), ("svc".to_owned(), svc)]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("boot", boot), ("svc", svc)]),
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
@@ -741,9 +720,11 @@ async fn c_interrupts_cordon_drain_and_run_one_merged_interrupt_per_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f_pause_suspends_unfinished_jobs_and_a_package_change_replaces_them() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("pause").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("pause").await;
     let node = cluster.node_names()[1].clone();
     let _operator = start_operator(
         client.clone(),
@@ -865,9 +846,11 @@ async fn f_pause_suspends_unfinished_jobs_and_a_package_change_replaces_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
     use nodewright_shared::api::InterruptionBudget;
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster.create_namespace("budget").await.expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("budget").await;
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
     create_nodewright(
         &client,
@@ -954,13 +937,11 @@ async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h_the_standby_takes_over_a_rollout_in_flight() {
-    use k8s_openapi::api::coordination::v1::Lease;
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("failover")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("failover").await;
     let node = cluster.node_names()[2].clone();
     let hook = fate_for("held", "apply", PodFate::hang());
     let first = start_replica(
@@ -971,19 +952,7 @@ async fn h_the_standby_takes_over_a_rollout_in_flight() {
         Some(hook.clone()),
         Some("replica-1"),
     );
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let holder = || {
-        let leases = leases.clone();
-        async move {
-            leases
-                .get_opt("nodewright-operator")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|l| l.spec)
-                .and_then(|s| s.holder_identity)
-        }
-    };
+    let holder = || nodewright_e2e::lease::operator_leader(&client, &ns);
     cluster
         .wait_for("replica-1 leads", BOUND, || async {
             Ok(holder().await.filter(|h| h == "replica-1"))
@@ -1040,22 +1009,17 @@ async fn h_the_standby_takes_over_a_rollout_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i_a_version_bump_upgrades_in_place() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("upgrade")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("upgrade").await;
     let node = cluster.node_names()[0].clone();
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("tool".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("tool", package("1.0.0", &[]))]),
     )
     .await;
     let before = wait_status(cluster, &client, &ns, Status::Complete).await;
@@ -1115,12 +1079,11 @@ async fn i_a_version_bump_upgrades_in_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn j_the_runtime_required_taint_is_lifted_when_done() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("runtime")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("runtime").await;
     let nodes: Api<Node> = Api::all(client.clone());
     // A node of this test's own, so the taint blocks no other test.
     let name = format!("{ns}-node");
@@ -1241,12 +1204,11 @@ async fn wait_untainted(cluster: &Cluster, client: &kube::Client, name: &str) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("autotaint")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("autotaint").await;
     let nodes: Api<Node> = Api::all(client.clone());
     // A new node of this test's own, untainted and never touched by a NodeWright.
     let name = format!("{ns}-node");
@@ -1311,16 +1273,7 @@ async fn create_on_node(
     key: &str,
     package: nodewright_shared::api::Package,
 ) {
-    create_nodewright(
-        client,
-        ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[node]),
-            packages: BTreeMap::from([(key.to_owned(), package)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_nodewright(client, ns, spec_on(&[node], [(key, package)])).await;
 }
 
 /// Asserts the node's record of `package` (name, version) for the NodeWright `ns`: (stage, state,
@@ -1355,11 +1308,9 @@ async fn jobs_of(client: &kube::Client, ns: &str, package: &str, stage: &str) ->
 
 /// The pods of the Job with this uid.
 async fn pods_of_job(client: &kube::Client, ns: &str, uid: &str) -> Vec<Pod> {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+    job_pods(&Api::namespaced(client.clone(), ns), uid)
         .await
         .expect("pods")
-        .items
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1397,11 +1348,7 @@ async fn l_a_create_that_meets_an_existing_job_keeps_it() {
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("dup".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("dup", package("1.0.0", &[]))]),
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Complete).await;
@@ -1440,11 +1387,7 @@ async fn m_a_failed_job_no_operator_recorded_is_recorded_by_the_next() {
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("lost".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("lost", package("1.0.0", &[]))]),
     )
     .await;
     let api: Api<Job> = Api::namespaced(client.clone(), &ns);
@@ -1520,11 +1463,7 @@ async fn n_a_restart_between_marking_and_deleting_a_rejected_only_job_reruns_the
     create_nodewright(
         &client,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("rej".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("rej", package("1.0.0", &[]))]),
     )
     .await;
     let marked = cluster
@@ -1785,12 +1724,11 @@ async fn p_jobs_an_earlier_version_left_beside_the_operator_are_settled_before_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q_a_rebooted_node_is_tainted_again_until_its_packages_run_again() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("retaint")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("retaint").await;
     let name = format!("{ns}-node");
     create_fake_node(&client, &name, &[], json!([])).await;
     // Every apply Job the operator creates, counted.
@@ -1913,12 +1851,11 @@ async fn a_later_pass(cluster: &Cluster, client: &kube::Client, name: &str, prio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_runtime_required_cordon_after_keeps_the_node_cordoned_until_a_validator_releases_it() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let ns = cluster
-        .create_namespace("cordon-after")
-        .await
-        .expect("namespace");
+    let Scenario {
+        cluster,
+        client,
+        ns,
+    } = Scenario::start("cordon-after").await;
     let name = format!("{ns}-node");
     create_fake_node(
         &client,

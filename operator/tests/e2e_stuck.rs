@@ -46,9 +46,9 @@ mod support;
 use nodewright_shared::api::DEFAULT_COMPARTMENT;
 use support::Watched;
 use support::{
-    BOUND, cluster, condition_is, create_labelled_nodewright, node_state, on_nodes, own_node,
-    package, pod_security, spawn_for, state_of, wait_event, wait_node, wait_nodewright,
-    wait_status, wait_timed_out_job,
+    BOUND, cluster, condition_is, create_labelled_nodewright, job_pods, node_state, on_nodes,
+    own_node, package, pod_security, spawn_for, spec_on, state_of, wait_event, wait_node,
+    wait_nodewright, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes the test's operator to its own NodeWright (distinct from the other suites).
@@ -116,11 +116,7 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("boot", rebooting)]),
     )
     .await;
 
@@ -154,15 +150,10 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
         .wait_for("the interrupt pod Terminating", BOUND, || {
             let (pods, uid) = (pods.clone(), uid.clone());
             async move {
-                let list = pods
-                    .list(
-                        &ListParams::default()
-                            .labels(&format!("batch.kubernetes.io/controller-uid={uid}")),
-                    )
+                let list = job_pods(&pods, &uid)
                     .await
                     .map_err(|e| cluster.kube_error("pods".into(), e))?;
                 Ok(list
-                    .items
                     .into_iter()
                     .find(|p| p.metadata.deletion_timestamp.is_some()))
             }
@@ -323,11 +314,7 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("locked".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("locked", package("1.0.0", &[]))]),
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Erroring).await;
@@ -540,11 +527,7 @@ async fn d_an_attempt_waiting_on_an_image_it_cannot_pull_is_named() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("missing".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("missing", package("1.0.0", &[]))]),
     )
     .await;
     let event = wait_event(cluster, &client, &ns, "StageImagePullFailing", "NodeWright").await;

@@ -34,12 +34,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use nodewright_e2e::PodFate;
 
 mod support;
@@ -50,7 +49,7 @@ use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, SuiteOperator, cluster, create_labelled_nodewright, fate_for, node_state,
-    on_nodes, own_node, package, patch_nodewright, spawn_for, wait_event, wait_nodewright,
+    on_nodes, own_node, package, patch_nodewright, spawn_for, spec_on, wait_event, wait_nodewright,
     wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
@@ -74,10 +73,7 @@ fn start_operator(
 
 /// The pods of the Job with this uid.
 async fn pods_of(pods: &Api<Pod>, uid: &str) -> Vec<Pod> {
-    pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
-        .await
-        .expect("pods listed")
-        .items
+    support::job_pods(pods, uid).await.expect("pods listed")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,11 +114,7 @@ async fn a_the_live_paths_record_keeps_a_stage_timed_out_when_its_pods_are_gone_
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("stuck".to_owned(), hanging)]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("stuck", hanging)]),
     )
     .await;
 
@@ -273,17 +265,7 @@ async fn create_booting(client: &kube::Client, ns: &str, name: &str, node: &str)
         kind: InterruptType::Service,
         services: vec!["containerd".into()],
     });
-    create_scoped(
-        client,
-        ns,
-        name,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[node]),
-            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
-            ..NodeWrightSpec::default()
-        },
-    )
-    .await;
+    create_scoped(client, ns, name, spec_on(&[node], [("boot", rebooting)])).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,11 +286,7 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
         &client,
         &ns,
         &slow,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("slow".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("slow", package("1.0.0", &[]))]),
     )
     .await;
     wait_status(cluster, &client, &boot, Status::Complete).await;
@@ -392,11 +370,7 @@ async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("boot", rebooting)]),
     )
     .await;
     let job = wait_timed_out_job(cluster, &client, &ns).await;
@@ -475,11 +449,7 @@ async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("boot".to_owned(), rebooting)]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("boot", rebooting)]),
     )
     .await;
     let timed_out = wait_timed_out_job(cluster, &client, &ns).await;
@@ -539,14 +509,13 @@ async fn f_an_interrupt_waits_for_a_deleted_jobs_pod_still_shutting_down() {
         &client,
         &ns,
         &gone,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([
-                ("gone".to_owned(), package("1.0.0", &[])),
-                ("keep".to_owned(), package("1.0.0", &[])),
-            ]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(
+            &[&node],
+            [
+                ("gone", package("1.0.0", &[])),
+                ("keep", package("1.0.0", &[])),
+            ],
+        ),
     )
     .await;
     wait_status(cluster, &client, &boot, Status::Complete).await;
@@ -655,22 +624,13 @@ async fn d_pausing_spends_no_attempt() {
         let (flag, key) = (ever_erroring.clone(), keys::node_state_key(&ns));
         let api = Api::<Node>::all(client.clone());
         let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
-        tokio::spawn(async move {
-            let mut stream = watcher(api, config)
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(next) = stream.next().await {
-                let erroring = next
-                    .ok()
-                    .and_then(|n| n.annotations().get(&key).cloned())
-                    .is_some_and(|text| {
-                        nodewright_shared::node_state::NodeState::parse(&text)
-                            .is_ok_and(|s| s.iter().any(|r| r.state == Some(State::Erroring)))
-                    });
-                if erroring {
-                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                }
+        support::watch_applied(api, config, move |node: Node| {
+            let erroring = node.annotations().get(&key).is_some_and(|text| {
+                nodewright_shared::node_state::NodeState::parse(text)
+                    .is_ok_and(|s| s.iter().any(|r| r.state == Some(State::Erroring)))
+            });
+            if erroring {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
             }
         })
     };
@@ -681,11 +641,7 @@ async fn d_pausing_spends_no_attempt() {
         &client,
         SUITE_LABEL,
         &ns,
-        NodeWrightSpec {
-            node_selectors: on_nodes(&[&node]),
-            packages: BTreeMap::from([("steady".to_owned(), package("1.0.0", &[]))]),
-            ..NodeWrightSpec::default()
-        },
+        spec_on(&[&node], [("steady", package("1.0.0", &[]))]),
     )
     .await;
     let running = cluster

@@ -8,7 +8,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
@@ -212,18 +211,6 @@ pub fn spawn_replica(
         child,
         cgroup,
     }
-}
-
-/// The Lease holder of the trial's operator replicas, if any.
-pub async fn leader(client: &kube::Client, namespace: &str) -> Option<String> {
-    Api::<Lease>::namespaced(client.clone(), namespace)
-        .get_opt("nodewright-operator")
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty())
 }
 
 fn signal(pid: u32, sig: &str) {

@@ -7,6 +7,11 @@
 
 pub mod admin_http;
 pub mod job_write_block;
+pub mod scenario;
+
+// Not every suite starts a scenario.
+#[allow(unused_imports)]
+pub use scenario::Scenario;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -281,15 +286,28 @@ pub async fn create_scoped_nodewright(
 }
 
 /// A node selector matching exactly the named nodes.
-pub fn on_nodes(names: &[&str]) -> Option<LabelSelector> {
+pub fn on_nodes<S: AsRef<str>>(names: &[S]) -> Option<LabelSelector> {
     Some(LabelSelector {
         match_labels: None,
         match_expressions: Some(vec![LabelSelectorRequirement {
             key: "kubernetes.io/hostname".into(),
             operator: "In".into(),
-            values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+            values: Some(names.iter().map(|n| n.as_ref().to_owned()).collect()),
         }]),
     })
+}
+
+/// The spec of a NodeWright on `nodes` (by hostname) with these packages and every other field
+/// at its default: the shape most tests roll out.
+pub fn spec_on<S: AsRef<str>, N: Into<String>>(
+    nodes: &[S],
+    packages: impl IntoIterator<Item = (N, nodewright_shared::api::Package)>,
+) -> NodeWrightSpec {
+    NodeWrightSpec {
+        node_selectors: on_nodes(nodes),
+        packages: packages.into_iter().map(|(n, p)| (n.into(), p)).collect(),
+        ..NodeWrightSpec::default()
+    }
 }
 
 /// The `<package>-<version>` label of a Job.
@@ -453,6 +471,36 @@ pub async fn create_fake_node(
         .await
         .expect("node created");
     wait_node_ready(client, name).await;
+}
+
+/// Creates a fake node `<prefix>-<suffix>` for each `(suffix, labels)`, without taints: nodes of
+/// the test's own, so a policy's batches are not shared with other tests. They are created in this
+/// order (the rollout order within a compartment is creation time, then name); returns their
+/// names, each Ready ([`create_fake_node`]).
+pub async fn create_nodes(
+    client: &kube::Client,
+    prefix: &str,
+    nodes: &[(&str, &[(&str, &str)])],
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for (suffix, labels) in nodes {
+        let name = format!("{prefix}-{suffix}");
+        create_fake_node(client, &name, labels, serde_json::json!([])).await;
+        names.push(name);
+    }
+    names
+}
+
+/// [`create_nodes`] of `count` unlabelled nodes `<prefix>-n0`, `<prefix>-n1`...
+pub async fn create_numbered_nodes(
+    client: &kube::Client,
+    prefix: &str,
+    count: usize,
+) -> Vec<String> {
+    let suffixes: Vec<String> = (0..count).map(|i| format!("n{i}")).collect();
+    let nodes: Vec<(&str, &[(&str, &str)])> =
+        suffixes.iter().map(|s| (s.as_str(), &[][..])).collect();
+    create_nodes(client, prefix, &nodes).await
 }
 
 /// Waits until kwok reports the node Ready and the node lifecycle controller lifted its
@@ -745,6 +793,17 @@ impl<K> Drop for Watched<K> {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The pods of the Job with this uid (the Job controller's `batch.kubernetes.io/controller-uid`
+/// label), every attempt that is still there.
+pub async fn job_pods(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    uid: &str,
+) -> kube::Result<Vec<k8s_openapi::api::core::v1::Pod>> {
+    pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
+        .await
+        .map(|list| list.items)
 }
 
 /// The Job's condition `type_` with status True.

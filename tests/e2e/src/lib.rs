@@ -21,6 +21,7 @@
 pub mod binaries;
 pub mod chart;
 pub mod churn;
+pub mod lease;
 pub mod limits;
 pub mod ports;
 pub mod process;
