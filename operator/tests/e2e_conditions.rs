@@ -42,10 +42,10 @@ use serde_json::json;
 
 mod support;
 use support::{
-    BOUND, Operator, Scenario, SuiteOperator, cluster, condition, condition_is,
-    create_blocking_pdb, create_fake_node, create_labelled_nodewright, create_workload_pod,
-    delete_node, fate_for, interrupt, job_package, on_nodes, operator_client, package, patch_node,
-    patch_nodewright, spec_on, status_is, wait_event, wait_node, wait_nodewright,
+    BOUND, Operator, SuiteOperator, cluster, condition, condition_is, create_blocking_pdb,
+    create_fake_node, create_labelled_nodewright, create_workload_pod, delete_node, fail_on_node,
+    fate_for, interrupt, job_package, list_all, on_nodes, operator_client, package, patch_node,
+    patch_nodewright, scenario, spec_on, status_is, wait_event, wait_node, wait_nodewright,
     wait_nodewright_gone, wait_status,
 };
 
@@ -130,11 +130,7 @@ fn count(created: &Created, package_label: &str, stage: Option<&str>) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taints_and_the_ignore_label_block_nodes_and_say_so() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("taints").await;
+    let (cluster, client, ns) = scenario("taints").await;
     let (tainted, ignored) = (format!("{ns}-tainted"), format!("{ns}-ignored"));
     create_fake_node(
         &client,
@@ -212,11 +208,7 @@ async fn taints_and_the_ignore_label_block_nodes_and_say_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_uninstall_and_its_blocked_dependent_are_conditions() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("uninstall-fails").await;
+    let (cluster, client, ns) = scenario("uninstall-fails").await;
     let node = format!("{ns}-node");
     create_fake_node(&client, &node, &[], json!([])).await;
     let created: Created = Arc::default();
@@ -291,11 +283,7 @@ async fn a_failing_uninstall_and_its_blocked_dependent_are_conditions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_waits_on_a_malformed_node_state_until_it_is_repaired() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("malformed").await;
+    let (cluster, client, ns) = scenario("malformed").await;
     let node = format!("{ns}-node");
     create_fake_node(&client, &node, &[], json!([])).await;
     let created: Created = Arc::default();
@@ -448,11 +436,7 @@ fn compartment_policy(name: &str, label: &str, count: i32) -> DeploymentPolicy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_changes_apply_without_waiting_for_a_resync() {
     const POLICY_LABEL: &str = "nodewright.test/policy";
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("policy-edit").await;
+    let (cluster, client, ns) = scenario("policy-edit").await;
     let nodes: Vec<String> = (0..3).map(|i| format!("{ns}-n{i}")).collect();
     for node in &nodes {
         create_fake_node(&client, node, &[(POLICY_LABEL, ns.as_str())], json!([])).await;
@@ -538,7 +522,7 @@ async fn policy_changes_apply_without_waiting_for_a_resync() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let fate = PodFate::succeed();
     let patch = json!({"metadata": {"labels": fate.labels(), "annotations": fate.annotations()}});
-    for pod in pods.list(&ListParams::default()).await.expect("pods").items {
+    for pod in list_all(&pods).await {
         pods.patch(
             &pod.name_any(),
             &PatchParams::default(),
@@ -590,26 +574,13 @@ async fn policy_changes_apply_without_waiting_for_a_resync() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ready_condition_names_the_erroring_node() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("ready-names").await;
+    let (cluster, client, ns) = scenario("ready-names").await;
     let (good, bad) = (format!("{ns}-good"), format!("{ns}-bad"));
     for node in [&good, &bad] {
         create_fake_node(&client, node, &[], json!([])).await;
     }
     // The package fails on `bad` only.
-    let failing_on = bad.clone();
-    let hook: JobHook = Arc::new(move |job: &mut Job| {
-        if job.labels().get(keys::NODE_LABEL) == Some(&failing_on)
-            && let Some(spec) = job.spec.as_mut()
-        {
-            PodFate::fail()
-                .exit_code(1)
-                .apply(spec.template.metadata.get_or_insert_with(Default::default));
-        }
-    });
+    let hook = fail_on_node(bad.clone());
     let _operator = start_operator(client.clone(), &ns, Some(hook));
     create_labelled_nodewright(
         &client,
@@ -665,11 +636,7 @@ async fn the_ready_condition_names_the_erroring_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_wait_for_ready_returns_once_the_rollout_completes() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("kubectl-wait").await;
+    let (cluster, client, ns) = scenario("kubectl-wait").await;
     let node = format!("{ns}-node");
     create_fake_node(&client, &node, &[], json!([])).await;
     let _operator = start_operator(client.clone(), &ns, None);
@@ -840,11 +807,7 @@ async fn a_drain_held_by_a_disruption_budget_is_in_progress() {
     );
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     assert!(
-        jobs.list(&ListParams::default())
-            .await
-            .expect("jobs")
-            .items
-            .is_empty(),
+        list_all(&jobs).await.is_empty(),
         "no Job before the node is drained"
     );
 
@@ -958,11 +921,7 @@ async fn a_drain_config_bounds_the_drain_and_can_bypass_the_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_administrators_cordon_outlives_an_interrupt_and_a_leftover_cordon_is_released() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("cordons").await;
+    let (cluster, client, ns) = scenario("cordons").await;
     let nodes = Api::<Node>::all(client.clone());
     let unschedulable = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
     // Cordoned by an administrator before the NodeWright exists.

@@ -35,9 +35,9 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, Scenario, SuiteOperator, create_blocking_pdb, create_labelled_nodewright,
-    create_workload_pod, interrupt, on_nodes, operator_client, package, patch_nodewright, spec_on,
-    state_of, status_is, wait_nodewright, wait_nodewright_gone,
+    BOUND, Operator, SuiteOperator, create_blocking_pdb, create_labelled_nodewright,
+    create_workload_pod, interrupt, list_all, on_nodes, operator_client, package, patch_nodewright,
+    scenario, spec_on, state_of, status_is, wait_gone, wait_nodewright, wait_nodewright_gone,
 };
 
 /// Label that scopes each test's operator to its own NodeWright (distinct from e2e_rollout's).
@@ -107,11 +107,7 @@ fn count(created: &Created, package: &str, stage: &str, node: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("config").await;
+    let (cluster, client, ns) = scenario("config").await;
     let nodes: Vec<String> = cluster.node_names()[..2].to_vec();
     let created: Created = Arc::default();
     let _operator = start_operator(
@@ -300,11 +296,7 @@ async fn config_change_reruns_config_everywhere_and_a_config_interrupt_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_going() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("uninstall").await;
+    let (cluster, client, ns) = scenario("uninstall").await;
     let nodes: Vec<String> = cluster.node_names()[..2].to_vec();
     let created: Created = Arc::default();
     let _operator = start_operator(
@@ -439,11 +431,7 @@ async fn uninstall_apply_removes_the_package_and_deletion_uninstalls_before_goin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("nonint").await;
+    let (cluster, client, ns) = scenario("nonint").await;
     // Node 2 is this test's alone: another NodeWright's drain would evict its workload pods.
     let node = cluster.node_names()[2].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -502,11 +490,7 @@ async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     assert!(
-        jobs.list(&ListParams::default())
-            .await
-            .expect("jobs")
-            .items
-            .is_empty(),
+        list_all(&jobs).await.is_empty(),
         "no Job while a podNonInterruptLabels pod runs"
     );
     let web = pods.get("web").await.expect("web still there");
@@ -540,11 +524,7 @@ async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
         "eviction refused by the PDB"
     );
     assert!(
-        jobs.list(&ListParams::default())
-            .await
-            .expect("jobs")
-            .items
-            .is_empty(),
+        list_all(&jobs).await.is_empty(),
         "no Job before the node is drained"
     );
 
@@ -586,11 +566,7 @@ async fn j_interrupt_waits_for_non_interrupt_pods_and_the_pdb() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reboot_with_reapply_on_reboot_applies_everything_again() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("reboot").await;
+    let (cluster, client, ns) = scenario("reboot").await;
     // Not node 2: its drain would evict test (j)'s workload pods.
     let node = cluster.node_names()[0].clone();
     let created: Created = Arc::default();
@@ -645,11 +621,7 @@ async fn reboot_with_reapply_on_reboot_applies_everything_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_an_uninstall_installs_again() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("cancel").await;
+    let (cluster, client, ns) = scenario("cancel").await;
     let node = cluster.node_names()[1].clone();
     let created: Created = Arc::default();
     // The uninstall hangs, so it is still running when it is cancelled.
@@ -749,11 +721,7 @@ fn mounted_configmap(job: &Job, volume: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_names_never_collide_and_old_names_are_cleaned_up() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("collide").await;
+    let (cluster, client, ns) = scenario("collide").await;
     let node = cluster.node_names()[0].clone();
     // NodeWright `<ns>` with package `bb-cc` and `<ns>-bb` with package `cc`: upstream's names
     // `<nw>-<pkg>-<ver>` were the same, `<ns>-bb-cc-1.0.0`.
@@ -856,21 +824,7 @@ async fn configmap_names_never_collide_and_old_names_are_cleaned_up() {
     // The old-named ConfigMaps go once no unfinished Job can mount them.
     let configmaps = &configmaps;
     for old in [&legacy_package, &legacy_meta] {
-        cluster
-            .wait_for(
-                &format!("old-named ConfigMap {old} deleted"),
-                BOUND,
-                || async move {
-                    Ok(configmaps
-                        .get_opt(old)
-                        .await
-                        .map_err(|e| cluster.kube_error(format!("get {old}"), e))?
-                        .is_none()
-                        .then_some(()))
-                },
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        wait_gone(cluster, configmaps, old).await;
     }
     for nw in [&a, &b] {
         Api::<NodeWright>::all(client.clone())

@@ -24,8 +24,9 @@ use serde_json::json;
 
 mod support;
 use support::{
-    Scenario, SuiteOperator, condition, create_fake_node, create_labelled_nodewright, node_state,
-    package, patch_node, spec_on, wait_nodewright, wait_status,
+    SuiteOperator, assert_malformed, assert_ready_and_well_formed, condition, create_fake_node,
+    create_labelled_nodewright, node_state, package, patch_node, scenario, spec_on,
+    wait_nodewright, wait_status,
 };
 
 const SUITE_LABEL: &str = "nodewright.test/node-state";
@@ -42,11 +43,7 @@ fn record(stage: &str, state: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("nodestate").await;
+    let (cluster, client, ns) = scenario("nodestate").await;
     let key = keys::node_state_key(&ns);
     let valid = record("apply", "complete");
     // (node suffix, annotation value, how it is repaired: None = annotation removed)
@@ -140,16 +137,8 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
         },
     )
     .await;
-    let malformed = condition(&nw, "NodeStateMalformed").expect("condition");
-    assert_eq!(malformed.reason, "ParseError");
-    assert!(
-        malformed
-            .message
-            .contains(&format!("on {} node(s)", bad.len()))
-            && !malformed.message.contains(&good),
-        "{}",
-        malformed.message
-    );
+    let on_every_bad_node = format!("on {} node(s)", bad.len());
+    assert_malformed(&nw, &good, |m| m.contains(&on_every_bad_node));
     let status = nw.status.clone().expect("status");
     for name in &names[1..] {
         assert_eq!(
@@ -212,12 +201,7 @@ async fn malformed_node_state_is_reported_left_alone_and_recovers_when_repaired(
         .await;
     }
     let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
-    assert!(
-        condition(&nw, "NodeStateMalformed").is_none_or(|c| c.status == "False"),
-        "{:?}",
-        condition(&nw, "NodeStateMalformed")
-    );
-    assert!(condition(&nw, "Ready").is_some_and(|c| c.status == "True"));
+    assert_ready_and_well_formed(&nw);
     for name in &names {
         let state = node_state(&client, name, &ns).await.expect("node state");
         let r = state.get("pkg", "1.0.0").expect("record");

@@ -46,8 +46,8 @@ use serde_json::json;
 use support::Watched;
 use support::create_scoped_nodewright;
 use support::{
-    BOUND, Operator, Scenario, SuiteOperator, cluster, condition, create_fake_node, node_state,
-    on_nodes, own_node, package, patch_nodewright, wait_nodewright, wait_status,
+    BOUND, Operator, SuiteOperator, condition, create_fake_node, list_all, node_state, on_nodes,
+    package, patch_nodewright, scenario, scenario_with_node, wait_nodewright, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWrights (distinct from the other suites).
@@ -169,7 +169,7 @@ async fn all_jobs_of(
     node: Option<&str>,
 ) -> Vec<Job> {
     let mut all = seen.latest_by_uid();
-    for job in api.list(&ListParams::default()).await.expect("jobs").items {
+    for job in list_all(api).await {
         if let Some(uid) = job.metadata.uid.clone() {
             all.entry(uid).or_insert(job);
         }
@@ -267,11 +267,7 @@ async fn barrier(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_with_node_sequencing_a_later_nodewright_waits_per_node_for_the_earlier_one() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("per-node").await;
+    let (cluster, client, ns) = scenario("per-node").await;
     let (fast, slow) = (format!("{ns}-fast"), format!("{ns}-slow"));
     for node in [&fast, &slow] {
         create_fake_node(&client, node, &[], json!([])).await;
@@ -383,11 +379,7 @@ async fn a_with_node_sequencing_a_later_nodewright_waits_per_node_for_the_earlie
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_with_sequencing_all_a_later_nodewright_waits_until_the_earlier_one_is_done_everywhere() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("seq-all").await;
+    let (cluster, client, ns) = scenario("seq-all").await;
     let (done, held) = (format!("{ns}-n0"), format!("{ns}-n1"));
     for node in [&done, &held] {
         create_fake_node(&client, node, &[], json!([])).await;
@@ -467,9 +459,7 @@ async fn b_with_sequencing_all_a_later_nodewright_waits_until_the_earlier_one_is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_a_paused_earlier_nodewright_blocks_the_later_one_until_it_is_unpaused() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "paused").await;
+    let (cluster, client, ns, node) = scenario_with_node("paused").await;
     let (earlier, later) = (format!("{ns}-earlier"), format!("{ns}-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let watch = Watched::start(jobs.clone(), kube::runtime::watcher::Config::default());
@@ -540,9 +530,7 @@ async fn c_a_paused_earlier_nodewright_blocks_the_later_one_until_it_is_unpaused
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_a_disabled_earlier_nodewright_holds_nothing_back_does_no_work_and_shows_disabled() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "disabled").await;
+    let (cluster, client, ns, node) = scenario_with_node("disabled").await;
     let (earlier, later) = (format!("{ns}-earlier"), format!("{ns}-later"));
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let watch = Watched::start(jobs.clone(), kube::runtime::watcher::Config::default());

@@ -41,9 +41,9 @@ use serde_json::json;
 use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::{
-    BOUND, Operator, Scenario, SuiteOperator, create_labelled_nodewright, create_numbered_nodes,
-    fate_for, job_package, job_pods, node_state, on_nodes, package, spec_on, wait_event,
-    wait_status, wait_timed_out_job,
+    BOUND, Operator, SuiteOperator, create_labelled_nodewright, create_numbered_nodes,
+    fail_on_node, fate_for, job_package, job_pods, node_state, on_nodes, package, scenario,
+    spec_on, wait_event, wait_status, wait_timed_out_job,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -85,11 +85,7 @@ fn finished(job: &Job) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_an_exponential_strategy_rolls_in_growing_batches_and_the_metrics_show_it() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("exponential").await;
+    let (cluster, client, ns) = scenario("exponential").await;
     let names = create_numbered_nodes(&client, &ns, 7).await;
     let policy: DeploymentPolicy = serde_json::from_value(json!({
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
@@ -262,11 +258,7 @@ async fn a_an_exponential_strategy_rolls_in_growing_batches_and_the_metrics_show
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_erroring_is_recorded_from_the_first_failure_while_the_job_runs() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("flaky").await;
+    let (cluster, client, ns) = scenario("flaky").await;
     let node = cluster.node_names()[0].clone();
     let _operator = start_operator(
         client.clone(),
@@ -366,11 +358,7 @@ async fn b_erroring_is_recorded_from_the_first_failure_while_the_job_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_completes_it() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("hanging").await;
+    let (cluster, client, ns) = scenario("hanging").await;
     let node = cluster.node_names()[1].clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let seen = Watched::start(pods.clone(), kube::runtime::watcher::Config::default());
@@ -494,11 +482,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_an_attempt_that_never_started_leaves_its_waiting_reason_as_last_logs() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("nopull").await;
+    let (cluster, client, ns) = scenario("nopull").await;
     let node = cluster.node_names()[2].clone();
     let _operator = start_operator(
         client.clone(),
@@ -531,11 +515,7 @@ async fn e_an_attempt_that_never_started_leaves_its_waiting_reason_as_last_logs(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("killed").await;
+    let (cluster, client, ns) = scenario("killed").await;
     let nodes: Vec<String> = cluster.node_names().to_vec();
     let jobs_seen = Watched::start(
         Api::<Job>::namespaced(client.clone(), &ns),
@@ -655,11 +635,7 @@ async fn h_a_killed_operator_is_replaced_and_no_recorded_stage_runs_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_a_timed_out_node_fails_its_batch_and_the_failure_threshold_stops_the_rollout() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("stopped").await;
+    let (cluster, client, ns) = scenario("stopped").await;
     let names = create_numbered_nodes(&client, &ns, 3).await;
     let policy: DeploymentPolicy = serde_json::from_value(json!({
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
@@ -676,16 +652,7 @@ async fn g_a_timed_out_node_fails_its_batch_and_the_failure_threshold_stops_the_
         .await
         .expect("DeploymentPolicy created");
     // The package fails on the first node only (attempts spent at once: backoffLimit 0).
-    let broken = names[0].clone();
-    let hook: JobHook = Arc::new(move |job: &mut Job| {
-        if job.labels().get(keys::NODE_LABEL) == Some(&broken)
-            && let Some(spec) = job.spec.as_mut()
-        {
-            PodFate::fail()
-                .exit_code(1)
-                .apply(spec.template.metadata.get_or_insert_with(Default::default));
-        }
-    });
+    let hook = fail_on_node(names[0].clone());
     let _operator = start_operator(client.clone(), &ns, 0, Some(hook), StateMetrics::default());
     create_nodewright(
         &client,

@@ -98,8 +98,9 @@ use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::create_scoped_nodewright;
 use support::{
-    BOUND, Operator, Scenario, SuiteOperator, condition, create_nodes, node_state, on_nodes,
-    package, patch_node, spec_on, status_is, wait_nodewright, wait_nodewright_gone, wait_status,
+    BOUND, Operator, SuiteOperator, assert_malformed, assert_ready_and_well_formed, condition,
+    create_nodes, node_state, on_nodes, package, patch_node, scenario, spec_on, status_is,
+    wait_nodewright, wait_nodewright_gone, wait_status,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -332,11 +333,7 @@ fn batch_summary(b: &BatchState) -> (i32, i32, i32, i32, bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_compartments_follow_the_documented_tie_break() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("overlap").await;
+    let (cluster, client, ns) = scenario("overlap").await;
     // n0: alpha (exponential) and bravo (fixed) ⇒ bravo: the safer strategy wins over the name.
     // n1: alpha only.
     // n2: bravo (fixed, ceiling 2) and charlie (fixed, ceiling 1) ⇒ charlie: the smaller ceiling
@@ -417,11 +414,7 @@ async fn overlapping_compartments_follow_the_documented_tie_break() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_linear_strategy_grows_each_batch_by_delta() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("linear").await;
+    let (cluster, client, ns) = scenario("linear").await;
     let names = create_nodes(
         &client,
         &ns,
@@ -504,11 +497,7 @@ async fn a_linear_strategy_grows_each_batch_by_delta() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_compartment_keeps_its_nodes_in_progress_within_its_ceiling() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("ceilings").await;
+    let (cluster, client, ns) = scenario("ceilings").await;
     let east: &[(&str, &str)] = &[(ZONE, "east")];
     let west: &[(&str, &str)] = &[(ZONE, "west")];
     let names = create_nodes(
@@ -619,11 +608,7 @@ async fn each_compartment_keeps_its_nodes_in_progress_within_its_ceiling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_batch_state_on_completion_the_nodewright_option_wins_over_the_policy() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("reset").await;
+    let (cluster, client, ns) = scenario("reset").await;
     let linear = json!({"linear": {"initialBatch": 1, "delta": 1}});
     let (resetting, keeping) = (format!("{ns}-on"), format!("{ns}-off"));
     create_policy(
@@ -758,11 +743,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_after_uninstall_installs_fresh() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("downgrade-fresh").await;
+    let (cluster, client, ns) = scenario("downgrade-fresh").await;
     let names = create_nodes(&client, &ns, &[("n0", &[])]).await;
     let node = names[0].clone();
     let jobs = watch_jobs(&client, &ns);
@@ -824,11 +805,7 @@ async fn a_downgrade_after_uninstall_installs_fresh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_without_uninstall_applies_and_keeps_both_records() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("downgrade-kept").await;
+    let (cluster, client, ns) = scenario("downgrade-kept").await;
     let names = create_nodes(&client, &ns, &[("n0", &[])]).await;
     let node = names[0].clone();
     let jobs = watch_jobs(&client, &ns);
@@ -878,11 +855,7 @@ async fn a_downgrade_without_uninstall_applies_and_keeps_both_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("malformed").await;
+    let (cluster, client, ns) = scenario("malformed").await;
     let names = create_nodes(&client, &ns, &[("good", &[]), ("bad", &[])]).await;
     let (good, bad) = (names[0].clone(), names[1].clone());
     let key = keys::node_state_key(&ns);
@@ -915,13 +888,7 @@ async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair
         },
     )
     .await;
-    let malformed = condition(&nw, "NodeStateMalformed").expect("condition");
-    assert_eq!(malformed.reason, "ParseError");
-    assert!(
-        malformed.message.contains(&bad) && !malformed.message.contains(&good),
-        "{}",
-        malformed.message
-    );
+    assert_malformed(&nw, &good, |m| m.contains(&bad));
     let status = nw.status.clone().expect("status");
     assert_eq!(status.node_status.get(&bad), Some(&Status::Blocked));
     assert_ne!(status.status, Some(Status::Complete));
@@ -953,12 +920,7 @@ async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair
     )
     .await;
     let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
-    assert!(
-        condition(&nw, "NodeStateMalformed").is_none_or(|c| c.status == "False"),
-        "{:?}",
-        condition(&nw, "NodeStateMalformed")
-    );
-    assert!(condition(&nw, "Ready").is_some_and(|c| c.status == "True"));
+    assert_ready_and_well_formed(&nw);
     let state = node_state(&client, &bad, &ns).await.expect("node state");
     let r = state.get("pkg", "1.0.0").expect("record");
     assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
@@ -975,11 +937,7 @@ fn series_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_nodewrights_metric_series_are_removed() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("metrics").await;
+    let (cluster, client, ns) = scenario("metrics").await;
     let names = create_nodes(&client, &ns, &[("kept", &[]), ("gone", &[])]).await;
     let (kept, gone) = (format!("{ns}-kept"), format!("{ns}-gone"));
 
@@ -1165,11 +1123,7 @@ fn offset_clock(offset: Arc<std::sync::atomic::AtomicI64>) -> nodewright_operato
 async fn the_cluster_wide_disruption_cap_bounds_every_nodewrights_cordons() {
     use nodewright_core::rollout::disruption::WAITING;
     use nodewright_shared::api::{InterruptType, InterruptionBudget};
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("cap").await;
+    let (cluster, client, ns) = scenario("cap").await;
     let names = create_nodes(
         &client,
         &ns,
@@ -1307,11 +1261,7 @@ async fn the_cluster_wide_disruption_cap_bounds_every_nodewrights_cordons() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_start_only_inside_a_maintenance_window() {
     use std::sync::atomic::{AtomicI64, Ordering};
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("window").await;
+    let (cluster, client, ns) = scenario("window").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     create_policy(
         &client,
@@ -1389,11 +1339,7 @@ async fn nodes_start_only_inside_a_maintenance_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_batch_starts_only_after_the_soak() {
     use std::sync::atomic::{AtomicI64, Ordering};
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("soak").await;
+    let (cluster, client, ns) = scenario("soak").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     create_policy(
         &client,
@@ -1552,11 +1498,7 @@ fn start_rollback_operator(client: &kube::Client, ns: &str, hook: JobHook) -> Op
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_rollout_rolls_back_once_to_the_last_good_revision() {
     use nodewright_shared::api::RollbackPhase;
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("rollback").await;
+    let (cluster, client, ns) = scenario("rollback").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[]), ("n2", &[])]).await;
     let hook = v2_config_fails_on(names[1].clone());
     let operator = rollback_ground(&client, &ns, &names, hook.clone()).await;
@@ -1741,11 +1683,7 @@ async fn remove_admission_policy(client: &kube::Client, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_admission_refuses_is_recorded_and_the_rollout_stays_stopped() {
     use nodewright_shared::api::RollbackPhase;
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("rollback-refused").await;
+    let (cluster, client, ns) = scenario("rollback-refused").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     let fails = support::fate_for("tool", "upgrade", PodFate::fail().exit_code(3));
     let operator = rollback_ground(&client, &ns, &names, fails).await;
@@ -1895,11 +1833,7 @@ async fn health_gates_hold_a_node_cordoned_until_they_pass() {
     use nodewright_core::rollout::pass::GATES_WAITING;
     use nodewright_shared::api::InterruptType;
     use std::sync::atomic::{AtomicI64, Ordering};
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("gates").await;
+    let (cluster, client, ns) = scenario("gates").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     let (n0, n1) = (names[0].as_str(), names[1].as_str());
     let node_versions =
@@ -2201,11 +2135,7 @@ async fn serve_unhealthy(values: Arc<Mutex<BTreeMap<String, i32>>>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_firing_alert_holds_a_node_until_it_clears() {
     use nodewright_core::node::health_gates;
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("alertgate").await;
+    let (cluster, client, ns) = scenario("alertgate").await;
     let names = create_nodes(&client, &ns, &[("n0", &[]), ("n1", &[])]).await;
     let (n0, n1) = (names[0].as_str(), names[1].as_str());
     let values = Arc::new(Mutex::new(BTreeMap::from([

@@ -61,10 +61,10 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
-    BOUND, Operator, Scenario, SuiteOperator, cluster, create_fake_node,
-    create_labelled_nodewright, fate_for, job_package, job_pods, node_state, on_nodes,
-    operator_env, own_node, package, spawn_for, spawn_operator, spec_on, wait_nodewright,
-    wait_nodewright_gone, wait_status, wait_timed_out_job,
+    BOUND, Operator, SuiteOperator, create_fake_node, create_labelled_nodewright, fate_for,
+    job_package, job_pods, list_all, node_state, on_nodes, operator_env, package, scenario,
+    scenario_with_node, spawn_for, spawn_operator, spec_on, wait_nodewright, wait_nodewright_gone,
+    wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
 
@@ -140,11 +140,7 @@ fn fixture_nodes(cluster: &Cluster) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_packages_with_dependencies_complete_on_every_node() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("rollout").await;
+    let (cluster, client, ns) = scenario("rollout").await;
     let mut registry = Registry::with_prefix("nodewright");
     let operator_client = counted_client(cluster, &mut registry).await;
     let _operator = start_operator(operator_client, &ns, &ns, 3, None);
@@ -244,11 +240,7 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
     }
 
     let jobs_api: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let jobs = jobs_api
-        .list(&ListParams::default())
-        .await
-        .expect("jobs")
-        .items;
+    let jobs = list_all(&jobs_api).await;
     for node in cluster.node_names() {
         let state = node_state(&client, node, &ns).await.expect("node state");
         for (name, version) in [("alpha", "1.0.0"), ("beta", "2.1.0"), ("gamma", "1.0.0")] {
@@ -387,11 +379,7 @@ async fn a_three_packages_with_dependencies_complete_on_every_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("failing").await;
+    let (cluster, client, ns) = scenario("failing").await;
     let node = cluster.node_names()[0].clone();
     // Three attempts, so that the middle one is pruned from the evidence.
     let backoff_limit = 2;
@@ -475,24 +463,12 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
         vec![Some(uid.clone())],
         "one Job, never recreated"
     );
-    assert_eq!(
-        pods.list(&ListParams::default())
-            .await
-            .expect("pods")
-            .items
-            .len(),
-        2,
-        "no new attempt"
-    );
+    assert_eq!(list_all(&pods).await.len(), 2, "no new attempt");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_attempts_only_rejected_at_admission_run_again() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("rejected").await;
+    let (cluster, client, ns) = scenario("rejected").await;
     let node = cluster.node_names()[1].clone();
     // The first apply Job of `rej` is rejected by the kubelet (OutOfcpu); later ones run.
     let created: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -540,11 +516,7 @@ async fn d_attempts_only_rejected_at_admission_run_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_a_disrupted_attempt_spends_no_attempt() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("disrupted").await;
+    let (cluster, client, ns) = scenario("disrupted").await;
     let node = cluster.node_names()[2].clone();
     // backoffLimit 0: one counted failure would fail the Job.
     let _operator = start_operator(
@@ -636,11 +608,7 @@ async fn e_a_disrupted_attempt_spends_no_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_interrupts_cordon_drain_and_run_one_merged_interrupt_per_node() {
     use nodewright_shared::api::{Interrupt, InterruptType};
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("interrupt").await;
+    let (cluster, client, ns) = scenario("interrupt").await;
     let node = cluster.node_names()[0].clone();
     // A workload on the node that the drain must evict (a plain pod keeps running on kwok).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -720,11 +688,7 @@ async fn c_interrupts_cordon_drain_and_run_one_merged_interrupt_per_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f_pause_suspends_unfinished_jobs_and_a_package_change_replaces_them() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("pause").await;
+    let (cluster, client, ns) = scenario("pause").await;
     let node = cluster.node_names()[1].clone();
     let _operator = start_operator(
         client.clone(),
@@ -846,11 +810,7 @@ async fn f_pause_suspends_unfinished_jobs_and_a_package_change_replaces_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
     use nodewright_shared::api::InterruptionBudget;
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("budget").await;
+    let (cluster, client, ns) = scenario("budget").await;
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
     create_nodewright(
         &client,
@@ -937,11 +897,7 @@ async fn g_a_budget_of_one_node_rolls_the_nodes_one_after_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h_the_standby_takes_over_a_rollout_in_flight() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("failover").await;
+    let (cluster, client, ns) = scenario("failover").await;
     let node = cluster.node_names()[2].clone();
     let hook = fate_for("held", "apply", PodFate::hang());
     let first = start_replica(
@@ -1009,11 +965,7 @@ async fn h_the_standby_takes_over_a_rollout_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i_a_version_bump_upgrades_in_place() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("upgrade").await;
+    let (cluster, client, ns) = scenario("upgrade").await;
     let node = cluster.node_names()[0].clone();
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
     create_nodewright(
@@ -1079,11 +1031,7 @@ async fn i_a_version_bump_upgrades_in_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn j_the_runtime_required_taint_is_lifted_when_done() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("runtime").await;
+    let (cluster, client, ns) = scenario("runtime").await;
     let nodes: Api<Node> = Api::all(client.clone());
     // A node of this test's own, so the taint blocks no other test.
     let name = format!("{ns}-node");
@@ -1204,11 +1152,7 @@ async fn wait_untainted(cluster: &Cluster, client: &kube::Client, name: &str) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k_auto_taint_new_nodes_taints_a_new_node_once() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("autotaint").await;
+    let (cluster, client, ns) = scenario("autotaint").await;
     let nodes: Api<Node> = Api::all(client.clone());
     // A new node of this test's own, untainted and never touched by a NodeWright.
     let name = format!("{ns}-node");
@@ -1315,9 +1259,7 @@ async fn pods_of_job(client: &kube::Client, ns: &str, uid: &str) -> Vec<Pod> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l_a_create_that_meets_an_existing_job_keeps_it() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "conflict").await;
+    let (cluster, client, ns, node) = scenario_with_node("conflict").await;
     // Just before the operator creates the apply Job of `dup`, the same Job appears (as one created
     // by an earlier term the Job store has not shown yet): the create meets AlreadyExists.
     let existing: Arc<Mutex<Option<String>>> = Arc::default();
@@ -1377,9 +1319,7 @@ async fn l_a_create_that_meets_an_existing_job_keeps_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn m_a_failed_job_no_operator_recorded_is_recorded_by_the_next() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "unrecorded").await;
+    let (cluster, client, ns, node) = scenario_with_node("unrecorded").await;
     // The apiserver refuses every mark: the first operator sees the Job fail and cannot record it.
     let block = JobWriteBlock::install(cluster, &client, &ns, Refused::Marking).await;
     let hook = fate_for("lost", "apply", PodFate::fail());
@@ -1436,9 +1376,7 @@ async fn m_a_failed_job_no_operator_recorded_is_recorded_by_the_next() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn n_a_restart_between_marking_and_deleting_a_rejected_only_job_reruns_the_stage() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "mark-delete").await;
+    let (cluster, client, ns, node) = scenario_with_node("mark-delete").await;
     // The apiserver refuses every Job deletion: the first operator marks the rejected-only Job
     // processed and cannot delete it.
     let block = JobWriteBlock::install(cluster, &client, &ns, Refused::Delete).await;
@@ -1509,9 +1447,7 @@ async fn n_a_restart_between_marking_and_deleting_a_rejected_only_job_reruns_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn o_a_version_bump_mid_attempt_stops_it_and_installs_the_new_version() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "bump-mid").await;
+    let (cluster, client, ns, node) = scenario_with_node("bump-mid").await;
     // Version 1.0.0's apply hangs; 2.0.0 runs.
     let hook: JobHook = Arc::new(|job: &mut Job| {
         if job_package(job).as_deref() == Some("bump-1.0.0")
@@ -1601,9 +1537,7 @@ async fn o_a_version_bump_mid_attempt_stops_it_and_installs_the_new_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p_jobs_an_earlier_version_left_beside_the_operator_are_settled_before_the_package_namespace()
  {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "move").await;
+    let (cluster, client, ns, node) = scenario_with_node("move").await;
     let other_node = format!("{ns}-n1");
     create_fake_node(&client, &other_node, &[], json!([])).await;
     let packages_ns = cluster
@@ -1724,11 +1658,7 @@ async fn p_jobs_an_earlier_version_left_beside_the_operator_are_settled_before_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q_a_rebooted_node_is_tainted_again_until_its_packages_run_again() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("retaint").await;
+    let (cluster, client, ns) = scenario("retaint").await;
     let name = format!("{ns}-node");
     create_fake_node(&client, &name, &[], json!([])).await;
     // Every apply Job the operator creates, counted.
@@ -1851,11 +1781,7 @@ async fn a_later_pass(cluster: &Cluster, client: &kube::Client, name: &str, prio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_runtime_required_cordon_after_keeps_the_node_cordoned_until_a_validator_releases_it() {
-    let Scenario {
-        cluster,
-        client,
-        ns,
-    } = Scenario::start("cordon-after").await;
+    let (cluster, client, ns) = scenario("cordon-after").await;
     let name = format!("{ns}-node");
     create_fake_node(
         &client,

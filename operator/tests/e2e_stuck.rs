@@ -46,8 +46,8 @@ mod support;
 use nodewright_shared::api::DEFAULT_COMPARTMENT;
 use support::Watched;
 use support::{
-    BOUND, cluster, condition_is, create_labelled_nodewright, job_pods, node_state, on_nodes,
-    own_node, package, pod_security, spawn_for, spec_on, state_of, wait_event, wait_node,
+    BOUND, condition_is, create_labelled_nodewright, job_pods, node_state, on_nodes, package,
+    pod_security, scenario_with_node, spawn_for, spec_on, state_of, wait_event, wait_node,
     wait_nodewright, wait_status, wait_timed_out_job,
 };
 
@@ -71,9 +71,7 @@ fn interrupt_erroring(node: &Node, nw: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_snapshot() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "stuck").await;
+    let (cluster, client, ns, node) = scenario_with_node("stuck").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
@@ -305,9 +303,7 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
 /// the namespace allows the pod, the stage runs, completes, and the note goes from the Job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "not-created").await;
+    let (cluster, client, ns, node) = scenario_with_node("not-created").await;
     pod_security(&client, &ns, "baseline").await;
     let _operator = spawn_for(&client, &ns, SUITE_LABEL, 3, &[], None);
     create_labelled_nodewright(
@@ -405,9 +401,7 @@ async fn wait_note_gone(cluster: &nodewright_e2e::Cluster, jobs: &Api<Job>, name
 /// uncordoned, counted as failed for its batch, and no interrupt ever runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "release").await;
+    let (cluster, client, ns, node) = scenario_with_node("release").await;
     pod_security(&client, &ns, "baseline").await;
     let policy: nodewright_shared::api::DeploymentPolicy = serde_json::from_value(json!({
         "apiVersion": "nodewright.nvidia.com/v1alpha1",
@@ -508,9 +502,7 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
 /// stage completes and the note and condition go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_an_attempt_waiting_on_an_image_it_cannot_pull_is_named() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "image-pull").await;
+    let (cluster, client, ns, node) = scenario_with_node("image-pull").await;
     let _operator = spawn_for(
         &client,
         &ns,

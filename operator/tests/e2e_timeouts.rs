@@ -48,8 +48,8 @@ use nodewright_shared::keys;
 use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
-    BOUND, Operator, SuiteOperator, cluster, create_labelled_nodewright, fate_for, node_state,
-    on_nodes, own_node, package, patch_nodewright, spawn_for, spec_on, wait_event, wait_nodewright,
+    BOUND, Operator, SuiteOperator, create_labelled_nodewright, fate_for, node_state, on_nodes,
+    package, patch_nodewright, scenario_with_node, spawn_for, spec_on, wait_event, wait_nodewright,
     wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
@@ -79,9 +79,7 @@ async fn pods_of(pods: &Api<Pod>, uid: &str) -> Vec<Pod> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_the_live_paths_record_keeps_a_stage_timed_out_when_its_pods_are_gone_and_an_upgrade_clears_it()
  {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "gone-pods").await;
+    let (cluster, client, ns, node) = scenario_with_node("gone-pods").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     // Pods of images named `.../hang` hang until their deadline; the fixed image succeeds.
@@ -270,9 +268,7 @@ async fn create_booting(client: &kube::Client, ns: &str, name: &str, node: &str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_node() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "gating").await;
+    let (cluster, client, ns, node) = scenario_with_node("gating").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let watch = support::Watched::start(jobs.clone(), watcher::Config::default());
     // `b-slow`'s apply takes a while; everything else succeeds at once.
@@ -348,9 +344,7 @@ async fn b_an_interrupt_waits_for_the_package_jobs_of_every_nodewright_on_its_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "interrupt-timeout").await;
+    let (cluster, client, ns, node) = scenario_with_node("interrupt-timeout").await;
     // The interrupt never finishes: only its Job's deadline (the stage bound) ends it.
     let hook: JobHook = Arc::new(|job: &mut Job| {
         if job.labels().contains_key(keys::INTERRUPT_LABEL)
@@ -416,9 +410,7 @@ async fn c_an_interrupt_past_its_stage_bound_is_recorded_timed_out() {
 /// again from `in_progress` (a Normal `StageTimeoutCleared` says so) and the rollout completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "interrupt-fixed").await;
+    let (cluster, client, ns, node) = scenario_with_node("interrupt-fixed").await;
     // An interrupt run by the broken agent image never finishes; the fixed one succeeds.
     let hook: JobHook = Arc::new(|job: &mut Job| {
         let broken = job
@@ -497,9 +489,7 @@ async fn e_a_timed_out_interrupt_runs_again_once_its_package_is_fixed() {
 /// and must stay at `(config, complete)` until the node answers and the pod is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f_an_interrupt_waits_for_a_deleted_jobs_pod_still_shutting_down() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "deleting").await;
+    let (cluster, client, ns, node) = scenario_with_node("deleting").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let hook = fate_for("gone", "apply", PodFate::unreachable());
     let operator = start_operator(client.clone(), &ns, &ns, 3, Some(hook));
@@ -613,9 +603,7 @@ async fn f_an_interrupt_waits_for_a_deleted_jobs_pod_still_shutting_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_pausing_spends_no_attempt() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "pause-budget").await;
+    let (cluster, client, ns, node) = scenario_with_node("pause-budget").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     // Every version of the node's state for this NodeWright: was `steady` ever erroring?
@@ -730,9 +718,7 @@ async fn d_pausing_spends_no_attempt() {
 /// `JOB_STAGE_TIMEOUT`; a package's own value, and a value changed since admission, stay theirs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_a_stage_timeout_admission_filled_follows_the_operators_current_default() {
-    let cluster = cluster().await;
-    let client = cluster.client().await.expect("client");
-    let (ns, node) = own_node(cluster, &client, "defaulted").await;
+    let (cluster, client, ns, node) = scenario_with_node("defaulted").await;
     // Admitted when the default was 1h: `filled` got it from the webhook, `changed` too but was set
     // to 30m since, `own` set 45m itself. The operator now runs with a 7m default.
     let _operator = spawn_for(

@@ -11,7 +11,7 @@ pub mod scenario;
 
 // Not every suite starts a scenario.
 #[allow(unused_imports)]
-pub use scenario::Scenario;
+pub use scenario::{scenario, scenario_with_node};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -327,6 +327,20 @@ pub fn fate_for(package: &'static str, stage: &'static str, fate: PodFate) -> Jo
     })
 }
 
+/// A hook under which every Job on the node `node` fails at once (exit code 1), whatever its
+/// package: a package broken on one node only.
+pub fn fail_on_node(node: String) -> JobHook {
+    Arc::new(move |job: &mut Job| {
+        if job.labels().get(keys::NODE_LABEL) == Some(&node)
+            && let Some(spec) = job.spec.as_mut()
+        {
+            PodFate::fail()
+                .exit_code(1)
+                .apply(spec.template.metadata.get_or_insert_with(Default::default));
+        }
+    })
+}
+
 /// Waits until `ready` holds on the object `name` of `api`; returns it.
 async fn wait_object<K>(
     cluster: &Cluster,
@@ -606,18 +620,21 @@ pub fn interrupt(kind: InterruptType, services: &[&str]) -> Option<Interrupt> {
 
 /// Waits until the NodeWright `name` is gone (its finalizer let it go).
 pub async fn wait_nodewright_gone(cluster: &Cluster, client: &kube::Client, name: &str) {
-    let api = Api::<NodeWright>::all(client.clone());
+    wait_gone(cluster, &Api::<NodeWright>::all(client.clone()), name).await;
+}
+
+/// Waits until the object `name` of `api` is gone (deleted, its finalizers released).
+pub async fn wait_gone<K: Watchable>(cluster: &Cluster, api: &Api<K>, name: &str) {
+    let kind = K::kind(&());
+    let kind = kind.as_ref();
     cluster
-        .wait_for(&format!("NodeWright {name} deleted"), BOUND, || {
-            let api = api.clone();
-            async move {
-                Ok(api
-                    .get_opt(name)
-                    .await
-                    .map_err(|e| cluster.kube_error(format!("get {name}"), e))?
-                    .is_none()
-                    .then_some(()))
-            }
+        .wait_for(&format!("{kind} {name} deleted"), BOUND, || async move {
+            Ok(api
+                .get_opt(name)
+                .await
+                .map_err(|e| cluster.kube_error(format!("get {kind} {name}"), e))?
+                .is_none()
+                .then_some(()))
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -697,6 +714,49 @@ pub async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> 
         .await
         .expect("node");
     state_of(&node, nodewright)
+}
+
+/// Every object `api` lists (one list, no paging: a test's own namespace holds few).
+pub async fn list_all<K>(api: &Api<K>) -> Vec<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("listing {}: {e}", std::any::type_name::<K>()))
+        .items
+}
+
+/// The NodeWright's NodeStateMalformed condition, asserted to be a parse error whose message names
+/// what `names_bad` accepts and never the node `good`.
+pub fn assert_malformed<'a>(
+    nw: &'a NodeWright,
+    good: &str,
+    names_bad: impl Fn(&str) -> bool,
+) -> &'a Condition {
+    let malformed = condition(nw, "NodeStateMalformed").expect("NodeStateMalformed condition");
+    assert_eq!(malformed.reason, "ParseError");
+    assert!(
+        names_bad(&malformed.message) && !malformed.message.contains(good),
+        "{}",
+        malformed.message
+    );
+    malformed
+}
+
+/// Asserts the NodeWright is Ready and reports no malformed node state (the condition gone or
+/// False): what a repaired node record leads back to.
+pub fn assert_ready_and_well_formed(nw: &NodeWright) {
+    assert!(
+        condition(nw, "NodeStateMalformed").is_none_or(|c| c.status == "False"),
+        "{:?}",
+        condition(nw, "NodeStateMalformed")
+    );
+    assert!(
+        condition(nw, "Ready").is_some_and(|c| c.status == "True"),
+        "{:?}",
+        condition(nw, "Ready")
+    );
 }
 
 /// The NodeWright's condition `type_`.

@@ -3,29 +3,24 @@
 //! creates (fake nodes, NodeWrights), so tests of one binary run side by side without seeing each
 //! other.
 
-use super::cluster;
 use nodewright_e2e::Cluster;
 
-/// The cluster, a client and a fresh namespace, from [`Scenario::start`].
-pub struct Scenario {
-    /// The local control plane the tests of this binary share.
-    pub cluster: &'static Cluster,
-    /// An admin client of it.
-    pub client: kube::Client,
-    /// The test's own namespace (`<prefix>-<n>-<random>`).
-    pub ns: String,
+use super::{cluster, own_node};
+
+/// The shared cluster, an admin client of it, and a new namespace named after `prefix`
+/// (`<prefix>-<n>-<random>`): `let (cluster, client, ns) = scenario("rollout").await;`.
+pub async fn scenario(prefix: &str) -> (&'static Cluster, kube::Client, String) {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let ns = cluster.create_namespace(prefix).await.expect("namespace");
+    (cluster, client, ns)
 }
 
-impl Scenario {
-    /// The shared cluster, a client, and a new namespace named after `prefix`.
-    pub async fn start(prefix: &str) -> Self {
-        let cluster = cluster().await;
-        let client = cluster.client().await.expect("client");
-        let ns = cluster.create_namespace(prefix).await.expect("namespace");
-        Self {
-            cluster,
-            client,
-            ns,
-        }
-    }
+/// [`scenario`] plus a fake node of the test's own (`<ns>-n0`):
+/// `let (cluster, client, ns, node) = scenario_with_node("stuck").await;`.
+pub async fn scenario_with_node(prefix: &str) -> (&'static Cluster, kube::Client, String, String) {
+    let cluster = cluster().await;
+    let client = cluster.client().await.expect("client");
+    let (ns, node) = own_node(cluster, &client, prefix).await;
+    (cluster, client, ns, node)
 }
