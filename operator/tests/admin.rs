@@ -158,19 +158,8 @@ async fn metrics_only_on_the_metrics_port_probes_only_on_the_probe_port() {
             break port;
         }
     };
-    let addr = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let served = bind_split(
-        addr(metrics_port),
-        addr(probe_port),
-        Arc::new(Metrics::new()),
-        Readiness::default(),
-        None,
-    )
-    .await
-    .expect("binds");
-    assert_eq!(served.len(), 2);
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(serve_each(served, shutdown.clone()));
+    let (listeners, shutdown, server) = serve_split(metrics_port, probe_port).await;
+    assert_eq!(listeners, 2);
     assert_eq!(status_on(probe_port, "/metrics").await, 404);
     assert_eq!(status_on(probe_port, "/healthz").await, 200);
     assert_eq!(status_on(probe_port, "/readyz").await, 200);
@@ -181,20 +170,36 @@ async fn metrics_only_on_the_metrics_port_probes_only_on_the_probe_port() {
 
     // METRICS_LISTEN == PROBE_LISTEN: one listener, everything on it.
     let shared = nodewright_e2e::process::free_port();
+    let (listeners, shutdown, server) = serve_split(shared, shared).await;
+    assert_eq!(listeners, 1);
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        assert_eq!(status_on(shared, path).await, 200, "{path}");
+    }
+    stop(shutdown, server).await;
+}
+
+/// The admin server with `/metrics` on `metrics_port` and the probes on `probe_port` (the same
+/// port: one listener for both), serving: how many listeners it bound, and what stops it.
+async fn serve_split(
+    metrics_port: u16,
+    probe_port: u16,
+) -> (
+    usize,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), impl std::fmt::Debug>>,
+) {
+    let addr = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let served = bind_split(
-        addr(shared),
-        addr(shared),
+        addr(metrics_port),
+        addr(probe_port),
         Arc::new(Metrics::new()),
         Readiness::default(),
         None,
     )
     .await
     .expect("binds");
-    assert_eq!(served.len(), 1);
+    let listeners = served.len();
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(serve_each(served, shutdown.clone()));
-    for path in ["/metrics", "/healthz", "/readyz"] {
-        assert_eq!(status_on(shared, path).await, 200, "{path}");
-    }
-    stop(shutdown, server).await;
+    (listeners, shutdown, server)
 }

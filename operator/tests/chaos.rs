@@ -389,21 +389,7 @@ async fn trial(
     // Clean up while the operator still runs (its finalizer releases the NodeWright).
     let _ = nws.delete(&ns, &DeleteParams::default()).await;
     let _ = cluster
-        .wait_for(
-            &format!("NodeWright {ns} deleted"),
-            Duration::from_secs(120),
-            || {
-                let nws = nws.clone();
-                let ns = ns.clone();
-                async move {
-                    Ok(nws
-                        .get_opt(&ns)
-                        .await
-                        .ok()
-                        .and_then(|o| o.is_none().then_some(())))
-                }
-            },
-        )
+        .wait_deleted(&nws, &ns, Duration::from_secs(120))
         .await;
     for w in watches {
         w.abort();

@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nodewright_e2e::PodFate;
@@ -44,9 +43,9 @@ mod support;
 use support::{
     BOUND, Operator, SuiteOperator, cluster, condition, condition_is, create_blocking_pdb,
     create_fake_node, create_labelled_nodewright, create_workload_pod, delete_node, fail_on_node,
-    fate_for, interrupt, job_package, list_all, on_nodes, operator_client, package, patch_node,
-    patch_nodewright, scenario, spec_on, status_is, wait_event, wait_node, wait_nodewright,
-    wait_nodewright_gone, wait_status,
+    fate_for, interrupt, job_package, list_all, no_schedule, on_nodes, operator_client, package,
+    patch_node, patch_nodewright, scenario, spec_on, status_is, wait_event, wait_node,
+    wait_nodewright, wait_nodewright_gone, wait_status,
 };
 
 /// Label that scopes each test's operator to its own NodeWright.
@@ -132,13 +131,7 @@ fn count(created: &Created, package_label: &str, stage: Option<&str>) -> usize {
 async fn taints_and_the_ignore_label_block_nodes_and_say_so() {
     let (cluster, client, ns) = scenario("taints").await;
     let (tainted, ignored) = (format!("{ns}-tainted"), format!("{ns}-ignored"));
-    create_fake_node(
-        &client,
-        &tainted,
-        &[],
-        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
-    )
-    .await;
+    create_fake_node(&client, &tainted, &[], no_schedule(&[("dedicated", "gpu")])).await;
     create_fake_node(
         &client,
         &ignored,
@@ -338,27 +331,8 @@ async fn deletion_waits_on_a_malformed_node_state_until_it_is_repaired() {
         0,
         "no uninstall on a guess"
     );
-    let events = cluster
-        .wait_for("the Warning Event", BOUND, || {
-            let api: Api<Event> = Api::all(client.clone());
-            let ns = ns.clone();
-            async move {
-                let found = api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| cluster.kube_error("events".into(), e))?
-                    .items
-                    .into_iter()
-                    .filter(|e| {
-                        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(ns.as_str())
-                            && e.reason.as_deref() == Some("MalformedNodeState")
-                    })
-                    .collect::<Vec<_>>();
-                Ok((!found.is_empty()).then_some(found))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    wait_event(cluster, &client, &ns, "MalformedNodeState", "NodeWright").await;
+    let events = support::events(&client, &ns, "MalformedNodeState").await;
     assert!(
         events.iter().all(|e| e.type_.as_deref() == Some("Warning")),
         "{events:?}"

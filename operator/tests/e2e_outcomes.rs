@@ -42,8 +42,8 @@ use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::{
     BOUND, Operator, SuiteOperator, create_labelled_nodewright, create_numbered_nodes,
-    fail_on_node, fate_for, job_package, job_pods, node_state, on_nodes, package, scenario,
-    spec_on, wait_event, wait_status, wait_timed_out_job,
+    fail_on_node, fate_for, job_package, node_state, on_nodes, package, scenario, spec_on,
+    wait_event, wait_job_pods, wait_status, wait_timed_out_job,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -424,21 +424,12 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
     }
     // The first and the last attempt are kept, the middle one deleted.
     let want: BTreeSet<String> = [attempts[0].name_any(), attempts[2].name_any()].into();
-    let kept = cluster
-        .wait_for("the middle attempt pruned", BOUND, || {
-            let pods = pods.clone();
-            let uid = uid.clone();
-            let middle = attempts[1].name_any();
-            async move {
-                let list = job_pods(&pods, &uid)
-                    .await
-                    .map_err(|e| cluster.kube_error("pods".into(), e))?;
-                let names: BTreeSet<String> = list.iter().map(|p| p.name_any()).collect();
-                Ok((!names.contains(&middle)).then_some(names))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let middle = attempts[1].name_any();
+    let kept = wait_job_pods(cluster, &pods, &uid, "the middle attempt pruned", |pods| {
+        let names: BTreeSet<String> = pods.iter().map(|p| p.name_any()).collect();
+        (!names.contains(&middle)).then_some(names)
+    })
+    .await;
     assert_eq!(kept, want, "the first and the last attempt stay");
 
     let state = node_state(&client, &node, &ns).await.expect("state");

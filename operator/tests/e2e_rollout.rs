@@ -61,10 +61,10 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
-    BOUND, Operator, SuiteOperator, create_fake_node, create_labelled_nodewright, fate_for,
-    job_package, job_pods, list_all, node_state, on_nodes, operator_env, package, scenario,
-    scenario_with_node, spawn_for, spawn_operator, spec_on, wait_nodewright, wait_nodewright_gone,
-    wait_status, wait_timed_out_job,
+    BOUND, Operator, RUNTIME_REQUIRED, SuiteOperator, create_fake_node, create_labelled_nodewright,
+    fate_for, job_package, job_pods, list_all, no_schedule, node_state, on_nodes, operator_env,
+    package, scenario, scenario_with_node, spawn_for, spawn_operator, spec_on, wait_job_pods,
+    wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
 
@@ -434,18 +434,10 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
     // pruned), and nothing recreates the stage.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let uid = job.metadata.uid.clone().expect("uid");
-    let kept = cluster
-        .wait_for("the middle attempt pruned", BOUND, || {
-            let (pods, uid) = (pods.clone(), uid.clone());
-            async move {
-                let items = job_pods(&pods, &uid)
-                    .await
-                    .map_err(|e| cluster.kube_error("pods".into(), e))?;
-                Ok((items.len() == 2).then_some(items))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let kept = wait_job_pods(cluster, &pods, &uid, "the middle attempt pruned", |pods| {
+        (pods.len() == 2).then_some(pods)
+    })
+    .await;
     assert!(
         kept.iter()
             .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")),
@@ -1039,10 +1031,7 @@ async fn j_the_runtime_required_taint_is_lifted_when_done() {
         &client,
         &name,
         &[],
-        json!([
-            {"key": "nodewright.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"},
-            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
-        ]),
+        no_schedule(&[RUNTIME_REQUIRED, ("dedicated", "gpu")]),
     )
     .await;
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
@@ -1783,13 +1772,7 @@ async fn a_later_pass(cluster: &Cluster, client: &kube::Client, name: &str, prio
 async fn r_runtime_required_cordon_after_keeps_the_node_cordoned_until_a_validator_releases_it() {
     let (cluster, client, ns) = scenario("cordon-after").await;
     let name = format!("{ns}-node");
-    create_fake_node(
-        &client,
-        &name,
-        &[],
-        json!([{"key": "nodewright.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"}]),
-    )
-    .await;
+    create_fake_node(&client, &name, &[], no_schedule(&[RUNTIME_REQUIRED])).await;
     let _operator = start_operator(client.clone(), &ns, &ns, 3, None);
     create_nodewright(
         &client,

@@ -46,8 +46,8 @@ mod support;
 use nodewright_shared::api::DEFAULT_COMPARTMENT;
 use support::Watched;
 use support::{
-    BOUND, condition_is, create_labelled_nodewright, job_pods, node_state, on_nodes, package,
-    pod_security, scenario_with_node, spawn_for, spec_on, state_of, wait_event, wait_node,
+    BOUND, condition_is, create_labelled_nodewright, node_state, on_nodes, package, pod_security,
+    scenario_with_node, spawn_for, spec_on, state_of, wait_event, wait_job_pods, wait_node,
     wait_nodewright, wait_status, wait_timed_out_job,
 };
 
@@ -144,20 +144,17 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
         .clone()
         .expect("FailureTarget transition time")
         .0;
-    let pod = cluster
-        .wait_for("the interrupt pod Terminating", BOUND, || {
-            let (pods, uid) = (pods.clone(), uid.clone());
-            async move {
-                let list = job_pods(&pods, &uid)
-                    .await
-                    .map_err(|e| cluster.kube_error("pods".into(), e))?;
-                Ok(list
-                    .into_iter()
-                    .find(|p| p.metadata.deletion_timestamp.is_some()))
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = wait_job_pods(
+        cluster,
+        &pods,
+        &uid,
+        "the interrupt pod Terminating",
+        |pods| {
+            pods.into_iter()
+                .find(|p| p.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
     let pod_name = pod.name_any();
 
     // The snapshot is written as soon as the Job is seen stuck. The pod never ran (nothing on the

@@ -456,6 +456,17 @@ pub async fn own_node(cluster: &Cluster, client: &kube::Client, prefix: &str) ->
     (ns, node)
 }
 
+/// The taint the runtime-required feature puts on a new node until its NodeWrights complete.
+pub const RUNTIME_REQUIRED: (&str, &str) = ("nodewright.nvidia.com", "runtime-required");
+
+/// `NoSchedule` taints with these keys and values, as [`create_fake_node`] takes them.
+pub fn no_schedule(taints: &[(&str, &str)]) -> serde_json::Value {
+    taints
+        .iter()
+        .map(|(key, value)| serde_json::json!({"key": key, "value": value, "effect": "NoSchedule"}))
+        .collect()
+}
+
 /// Creates a fake node `name` of a test's own (kwok manages nodes annotated
 /// `kwok.x-k8s.io/node=fake`), labelled `kubernetes.io/hostname=<name>` and `type=kwok` plus
 /// `labels`, with `taints` (a JSON list, `[]` for none).
@@ -625,17 +636,8 @@ pub async fn wait_nodewright_gone(cluster: &Cluster, client: &kube::Client, name
 
 /// Waits until the object `name` of `api` is gone (deleted, its finalizers released).
 pub async fn wait_gone<K: Watchable>(cluster: &Cluster, api: &Api<K>, name: &str) {
-    let kind = K::kind(&());
-    let kind = kind.as_ref();
     cluster
-        .wait_for(&format!("{kind} {name} deleted"), BOUND, || async move {
-            Ok(api
-                .get_opt(name)
-                .await
-                .map_err(|e| cluster.kube_error(format!("get {kind} {name}"), e))?
-                .is_none()
-                .then_some(()))
-        })
+        .wait_deleted(api, name, BOUND)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -864,6 +866,27 @@ pub async fn job_pods(
     pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}")))
         .await
         .map(|list| list.items)
+}
+
+/// Waits until `pick` finds what it wants among the pods of the Job with this uid ([`job_pods`]);
+/// returns what it picked.
+pub async fn wait_job_pods<T>(
+    cluster: &Cluster,
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    uid: &str,
+    what: &str,
+    pick: impl Fn(Vec<k8s_openapi::api::core::v1::Pod>) -> Option<T>,
+) -> T {
+    let pick = &pick;
+    cluster
+        .wait_for(what, BOUND, || async move {
+            let listed = job_pods(pods, uid)
+                .await
+                .map_err(|e| cluster.kube_error(format!("pods of Job {uid}"), e))?;
+            Ok(pick(listed))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The Job's condition `type_` with status True.

@@ -826,6 +826,23 @@ impl Cluster {
         }
     }
 
+    /// Waits until the object `name` of `api` is gone (deleted, its finalizers released). A failed
+    /// read counts as not gone yet: fault-injection runs restart the apiserver under the wait.
+    pub async fn wait_deleted<K>(&self, api: &Api<K>, name: &str, timeout: Duration) -> Result<()>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let what = format!("{} {name} deleted", K::kind(&()));
+        self.wait_for(&what, timeout, || async move {
+            Ok(api
+                .get_opt(name)
+                .await
+                .ok()
+                .and_then(|object| object.is_none().then_some(())))
+        })
+        .await
+    }
+
     /// Server-side applies every `crds/*.yaml` of the repository (up.sh already does this for a
     /// local cluster; an external one gets them here) and waits until they are Established.
     /// `NODEWRIGHT_E2E_CRDS_DIR` points it at another directory (to try a candidate CRD).
