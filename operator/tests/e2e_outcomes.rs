@@ -42,7 +42,7 @@ use support::Watched;
 use support::admin_http::{scrape, series_value};
 use support::{
     BOUND, Operator, SuiteOperator, create_labelled_nodewright, create_numbered_nodes,
-    fail_on_node, fate_for, job_package, node_state, on_nodes, package, scenario, spec_on,
+    fail_on_node, fate_for, job_package, node_state, on_nodes, package, record, scenario, spec_on,
     wait_event, wait_job_pods, wait_status, wait_timed_out_job,
 };
 use tokio_util::sync::CancellationToken;
@@ -351,8 +351,7 @@ async fn b_erroring_is_recorded_from_the_first_failure_while_the_job_runs() {
         .await
         .expect("fate patched");
     wait_status(cluster, &client, &ns, Status::Complete).await;
-    let state = node_state(&client, &node, &ns).await.expect("state");
-    let r = state.get("flaky", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "flaky", "1.0.0").await;
     assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
 }
 
@@ -432,8 +431,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
     .await;
     assert_eq!(kept, want, "the first and the last attempt stay");
 
-    let state = node_state(&client, &node, &ns).await.expect("state");
-    let r = state.get("stuck", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "stuck", "1.0.0").await;
     assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::Erroring)));
     assert_eq!(r.restarts, backoff_limit + 1);
     wait_status(cluster, &client, &ns, Status::Erroring).await;
@@ -450,8 +448,7 @@ async fn c_f_a_hanging_package_times_out_keeps_first_and_last_attempt_and_a_fix_
         .await
         .expect("package fixed");
     wait_status(cluster, &client, &ns, Status::Complete).await;
-    let state = node_state(&client, &node, &ns).await.expect("state");
-    let r = state.get("stuck", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "stuck", "1.0.0").await;
     assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
     assert_eq!(r.image, "ghcr.io/nvidia/skyhook/agentless");
     // `kubectl get events` shows both: the timeout (cause: the deadline) and its clearing.

@@ -99,7 +99,7 @@ use support::admin_http::{scrape, series_value};
 use support::create_scoped_nodewright;
 use support::{
     BOUND, Operator, SuiteOperator, assert_malformed, assert_ready_and_well_formed, condition,
-    create_nodes, node_state, on_nodes, package, patch_node, scenario, spec_on, status_is,
+    create_nodes, node_state, on_nodes, package, patch_node, record, scenario, spec_on, status_is,
     wait_nodewright, wait_nodewright_gone, wait_status,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -921,8 +921,7 @@ async fn a_malformed_node_state_is_reported_blocks_the_node_and_clears_on_repair
     .await;
     let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
     assert_ready_and_well_formed(&nw);
-    let state = node_state(&client, &bad, &ns).await.expect("node state");
-    let r = state.get("pkg", "1.0.0").expect("record");
+    let r = record(&client, &bad, &ns, "pkg", "1.0.0").await;
     assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
     delete_nodes(&client, &names).await;
 }

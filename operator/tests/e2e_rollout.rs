@@ -63,8 +63,8 @@ use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, RUNTIME_REQUIRED, SuiteOperator, create_fake_node, create_labelled_nodewright,
     fate_for, job_package, job_pods, list_all, no_schedule, node_state, on_nodes, operator_env,
-    package, scenario, scenario_with_node, spawn_for, spawn_operator, spec_on, wait_job_pods,
-    wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
+    package, record, scenario, scenario_with_node, spawn_for, spawn_operator, spec_on,
+    wait_job_pods, wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
 
@@ -421,8 +421,7 @@ async fn b_a_failing_package_times_out_after_its_attempts_and_keeps_the_evidence
         Some(86_400)
     );
 
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("bad", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "bad", "1.0.0").await;
     assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::Erroring)));
     assert_eq!(
         r.restarts,
@@ -949,8 +948,7 @@ async fn h_the_standby_takes_over_a_rollout_in_flight() {
     .expect("fate patched");
     let nw = wait_status(cluster, &client, &ns, Status::Complete).await;
     assert_eq!(nw.status.map(|s| s.complete_nodes), Some("1/1".to_owned()));
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("held", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "held", "1.0.0").await;
     assert_eq!((r.stage, r.state), (Stage::Config, Some(State::Complete)));
     second.stop().await;
 }

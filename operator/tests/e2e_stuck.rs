@@ -47,7 +47,7 @@ use nodewright_shared::api::DEFAULT_COMPARTMENT;
 use support::Watched;
 use support::{
     BOUND, condition_is, create_labelled_nodewright, node_state, on_nodes, package, pod_security,
-    scenario_with_node, spawn_for, spec_on, state_of, wait_event, wait_job_pods, wait_node,
+    record, scenario_with_node, spawn_for, spec_on, state_of, wait_event, wait_job_pods, wait_node,
     wait_nodewright, wait_status, wait_timed_out_job,
 };
 
@@ -311,8 +311,7 @@ async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed()
     )
     .await;
     wait_status(cluster, &client, &ns, Status::Erroring).await;
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("locked", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "locked", "1.0.0").await;
     assert_eq!(
         (r.stage, r.state, r.restarts),
         (Stage::Apply, Some(State::Erroring), 0)
@@ -463,8 +462,7 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
     );
     wait_node(cluster, &client, &node, "uncordoned", |n| !unschedulable(n)).await;
     wait_status(cluster, &client, &ns, Status::Erroring).await;
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("held", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "held", "1.0.0").await;
     assert_eq!((r.stage, r.state), (Stage::Apply, Some(State::Erroring)));
     // Counted as the batch's failed node (the batch is evaluated once nothing is in flight).
     wait_nodewright(
@@ -554,8 +552,7 @@ async fn d_an_attempt_waiting_on_an_image_it_cannot_pull_is_named() {
         job.annotations()
     );
     // The stage runs on as any stage: no attempt counted, not erroring.
-    let state = node_state(&client, &node, &ns).await.expect("node state");
-    let r = state.get("missing", "1.0.0").expect("record");
+    let r = record(&client, &node, &ns, "missing", "1.0.0").await;
     assert_eq!(
         (r.stage, r.state, r.restarts),
         (Stage::Apply, Some(State::InProgress), 0)

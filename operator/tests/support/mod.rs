@@ -718,6 +718,24 @@ pub async fn node_state(client: &kube::Client, node: &str, nodewright: &str) -> 
     state_of(&node, nodewright)
 }
 
+/// The record of `package` `version` in the node's state for the NodeWright `nodewright` (cloned),
+/// which must exist.
+pub async fn record(
+    client: &kube::Client,
+    node: &str,
+    nodewright: &str,
+    package: &str,
+    version: &str,
+) -> nodewright_shared::node_state::PackageStatus {
+    let state = node_state(client, node, nodewright)
+        .await
+        .unwrap_or_else(|| panic!("{node} has no state for {nodewright}"));
+    state
+        .get(package, version)
+        .cloned()
+        .unwrap_or_else(|| panic!("{node}: no record of {package} {version}: {state:?}"))
+}
+
 /// Every object `api` lists (one list, no paging: a test's own namespace holds few).
 pub async fn list_all<K>(api: &Api<K>) -> Vec<K>
 where
