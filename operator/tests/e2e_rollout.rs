@@ -63,8 +63,8 @@ use support::job_write_block::{JobWriteBlock, Refused};
 use support::{
     BOUND, Operator, RUNTIME_REQUIRED, SuiteOperator, create_fake_node, create_labelled_nodewright,
     fate_for, job_package, job_pods, list_all, no_schedule, node_state, on_nodes, operator_env,
-    package, record, scenario, scenario_with_node, spawn_for, spawn_operator, spec_on,
-    wait_job_pods, wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
+    package, record, scenario, scenario_with_node, spawn_operator, spec_on, wait_job_pods,
+    wait_nodewright, wait_nodewright_gone, wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
 
@@ -1658,14 +1658,10 @@ async fn q_a_rebooted_node_is_tainted_again_until_its_packages_run_again() {
             }
         })
     };
-    let _operator = spawn_for(
-        &client,
-        &ns,
-        SUITE_LABEL,
-        3,
-        &[("REAPPLY_ON_REBOOT", "true")],
-        Some(hook),
-    );
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns)
+        .env(&[("REAPPLY_ON_REBOOT", "true")])
+        .hook(Some(hook))
+        .start();
     create_nodewright(
         &client,
         &ns,

@@ -46,9 +46,9 @@ mod support;
 use nodewright_shared::api::DEFAULT_COMPARTMENT;
 use support::Watched;
 use support::{
-    BOUND, condition_is, create_labelled_nodewright, node_state, on_nodes, package, pod_security,
-    record, scenario_with_node, spawn_for, spec_on, state_of, wait_event, wait_job_pods, wait_node,
-    wait_nodewright, wait_status, wait_timed_out_job,
+    BOUND, SuiteOperator, condition_is, create_labelled_nodewright, node_state, on_nodes, package,
+    pod_security, record, scenario_with_node, spec_on, state_of, wait_event, wait_job_pods,
+    wait_node, wait_nodewright, wait_status, wait_timed_out_job,
 };
 
 /// Label that scopes the test's operator to its own NodeWright (distinct from the other suites).
@@ -102,7 +102,9 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
                 .apply(spec.template.metadata.get_or_insert_with(Default::default));
         }
     });
-    let operator = spawn_for(&client, &ns, SUITE_LABEL, 3, &[], Some(hook));
+    let operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns)
+        .hook(Some(hook))
+        .start();
     let mut rebooting = package("1.0.0", &[]);
     // The interrupt Job's activeDeadlineSeconds: the Job controller fails it after this.
     rebooting.stage_timeout = Some("3s".into());
@@ -302,7 +304,7 @@ async fn a_job_stuck_at_failure_target_surfaces_as_erroring_with_its_last_logs_s
 async fn b_a_stage_whose_pods_cannot_be_created_surfaces_and_runs_once_allowed() {
     let (cluster, client, ns, node) = scenario_with_node("not-created").await;
     pod_security(&client, &ns, "baseline").await;
-    let _operator = spawn_for(&client, &ns, SUITE_LABEL, 3, &[], None);
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns).start();
     create_labelled_nodewright(
         &client,
         SUITE_LABEL,
@@ -413,14 +415,9 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
         .create(&Default::default(), &policy)
         .await
         .expect("DeploymentPolicy created");
-    let _operator = spawn_for(
-        &client,
-        &ns,
-        SUITE_LABEL,
-        3,
-        &[("PODS_NOT_CREATED_TIMEOUT", "5s")],
-        None,
-    );
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns)
+        .env(&[("PODS_NOT_CREATED_TIMEOUT", "5s")])
+        .start();
     let mut held = package("1.0.0", &[]);
     held.interrupt = Some(Interrupt {
         kind: InterruptType::Reboot,
@@ -498,18 +495,14 @@ async fn c_a_disruptive_stage_refused_past_its_bound_releases_the_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_an_attempt_waiting_on_an_image_it_cannot_pull_is_named() {
     let (cluster, client, ns, node) = scenario_with_node("image-pull").await;
-    let _operator = spawn_for(
-        &client,
-        &ns,
-        SUITE_LABEL,
-        3,
-        &[("IMAGE_PULL_FAILING_AFTER", "2s")],
-        Some(support::fate_for(
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns)
+        .env(&[("IMAGE_PULL_FAILING_AFTER", "2s")])
+        .hook(Some(support::fate_for(
             "missing",
             "apply",
             PodFate::never_start(),
-        )),
-    );
+        )))
+        .start();
     create_labelled_nodewright(
         &client,
         SUITE_LABEL,

@@ -49,7 +49,7 @@ use nodewright_shared::node_state::{Stage, State};
 use serde_json::json;
 use support::{
     BOUND, Operator, SuiteOperator, create_labelled_nodewright, fate_for, node_state, on_nodes,
-    package, patch_nodewright, scenario_with_node, spawn_for, spec_on, wait_event, wait_nodewright,
+    package, patch_nodewright, scenario_with_node, spec_on, wait_event, wait_nodewright,
     wait_status, wait_timed_out_job,
 };
 use support::{create_scoped_nodewright, job_condition_time};
@@ -721,14 +721,10 @@ async fn g_a_stage_timeout_admission_filled_follows_the_operators_current_defaul
     let (cluster, client, ns, node) = scenario_with_node("defaulted").await;
     // Admitted when the default was 1h: `filled` got it from the webhook, `changed` too but was set
     // to 30m since, `own` set 45m itself. The operator now runs with a 7m default.
-    let _operator = spawn_for(
-        &client,
-        &ns,
-        SUITE_LABEL,
-        0,
-        &[("JOB_STAGE_TIMEOUT", "7m")],
-        None,
-    );
+    let _operator = SuiteOperator::new(&client, &ns, SUITE_LABEL, &ns)
+        .backoff_limit(0)
+        .env(&[("JOB_STAGE_TIMEOUT", "7m")])
+        .start();
     let with_timeout = |value: &str| {
         let mut p = package("1.0.0", &[]);
         p.stage_timeout = Some(value.to_owned());

@@ -236,23 +236,6 @@ impl SuiteOperator {
     }
 }
 
-/// Starts the operator of the test that owns namespace `ns`: Jobs in `ns`, reconciling only the
-/// NodeWright labelled `suite_label=ns`, `backoff_limit` retries, plus the variables `extra`.
-pub fn spawn_for(
-    client: &kube::Client,
-    ns: &str,
-    suite_label: &str,
-    backoff_limit: i32,
-    extra: &[(&'static str, &str)],
-    hook: Option<JobHook>,
-) -> Operator {
-    SuiteOperator::new(client, ns, suite_label, ns)
-        .backoff_limit(backoff_limit)
-        .env(extra)
-        .hook(hook)
-        .start()
-}
-
 /// Creates the NodeWright `name` labelled `suite_label=name`, so only its suite's operator sees it.
 pub async fn create_labelled_nodewright(
     client: &kube::Client,
