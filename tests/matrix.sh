@@ -120,11 +120,9 @@ fi
 # builds them (cached in the same place, so a run after run-all reuses them).
 if [[ "$(id -u)" == 0 && " ${suites[*]} " == *" real-node "* && -z "${NODEWRIGHT_RELEASE_DIR:-}" ]]; then
   step "building the release images and chart for the real node (release/build.sh --images-only --arch amd64)"
-  release_env="$(NODEWRIGHT_DIST="$(cp_cache_root)/release/ci" \
-    release/build.sh --images-only --arch amd64 2>>"${out}/release-build.log" | tail -n 1)" \
-    || { tail -n 40 "${out}/release-build.log" >&2; echo "error: building the release images failed; see ${out}/release-build.log" >&2; exit 1; }
-  eval "${release_env}"
-  export NODEWRIGHT_RELEASE_DIR
+  # shellcheck source=release-images.sh
+  source tests/release-images.sh
+  release_images "${out}/release-build.log"
 fi
 
 declare -A build_cell=()

@@ -105,11 +105,9 @@ tests/supply-chain/deny.sh
 release_built=false
 if [[ "${NODEWRIGHT_RELEASE_IMAGES:-1}" != 0 ]]; then
   step "building the release images and chart for linux/amd64 (release/build.sh --images-only --arch amd64)"
-  # Assigned first: a failed build stops the run here (`eval "$(...)"` alone would not).
-  release_env="$(NODEWRIGHT_DIST="${NODEWRIGHT_CACHE:-$HOME/.cache/nodewright}/release/ci" \
-    release/build.sh --images-only --arch amd64 | tail -n 1)"
-  eval "${release_env}"
-  export NODEWRIGHT_RELEASE_DIR
+  # shellcheck source=release-images.sh
+  source tests/release-images.sh
+  release_images
   release_built=true
   # NODEWRIGHT_LOW_DISK=1 (.ci/run sets it): the release's intermediate build (its own profile and
   # target, never used by the tests) goes once the images are built; a local run keeps it, warm.

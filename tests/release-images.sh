@@ -1,0 +1,25 @@
+# The release's linux/amd64 operator and webhook images and its chart, built as release/build.sh
+# builds them for a release (static musl binaries, daemonless OCI image indexes, the chart pinned to
+# their digests), for the suites that install the release: tests/run-all.sh and tests/matrix.sh
+# (the real node). Sourced, not executed.
+# shellcheck shell=bash
+
+# release_images [LOG]: builds them into <cache>/release/ci (reused: a later run finds them
+# current) and exports NODEWRIGHT_RELEASE_DIR. The build's output goes to stderr, or to the file
+# LOG (then its last 40 lines on a failure). A failed build exits.
+release_images() {
+  local log="${1:-/dev/stderr}" release_env
+  # Assigned first: a failed build stops here (`eval "$(...)"` alone would not).
+  if ! release_env="$(NODEWRIGHT_DIST="${NODEWRIGHT_CACHE:-${HOME}/.cache/nodewright}/release/ci" \
+    release/build.sh --images-only --arch amd64 2>>"${log}" | tail -n 1)"; then
+    if [[ "${log}" != /dev/stderr ]]; then
+      tail -n 40 "${log}" >&2
+      echo "error: building the release images failed; see ${log}" >&2
+    else
+      echo "error: building the release images failed (output above)" >&2
+    fi
+    exit 1
+  fi
+  eval "${release_env}"
+  export NODEWRIGHT_RELEASE_DIR
+}
