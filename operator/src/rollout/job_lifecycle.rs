@@ -408,20 +408,9 @@ mod tests {
     /// no cleared timeout (`StageTimeoutCleared` is only for a recorded timeout).
     #[tokio::test]
     async fn drift_resets_the_erroring_record_of_a_replaced_live_job() {
-        use nodewright_shared::node_state::{NodeState, PackageStatus, Stage};
-        let mut erroring = NodeState::default();
-        erroring.upsert(PackageStatus {
-            name: "a".into(),
-            version: "1.0.0".into(),
-            image: "example.com/pkg".into(),
-            container_sha: String::new(),
-            stage: Stage::Apply,
-            state: Some(State::Erroring),
-            restarts: 2,
-        });
-        let node = json!({"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "n1", "resourceVersion": "7", "annotations": {
-                keys::node_state_key("nw"): erroring.to_annotation()}}});
+        use super::super::pass_fixtures::{erroring_apply, n1_with_state};
+        use nodewright_shared::node_state::Stage;
+        let node = n1_with_state(&erroring_apply(2));
         let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String, serde_json::Value)>>> =
             Default::default();
         let log = seen.clone();

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use nodewright_core::preview::Snapshot;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use nodewright_shared::keys;
+use nodewright_shared::node_state::{NodeState, PackageStatus, Stage, State};
 use serde_json::json;
 
 use kube::runtime::controller::Action;
@@ -32,6 +33,29 @@ pub(super) fn node(i: usize) -> Node {
                    "osImage": "", "systemUUID": ""}}
     }))
     .expect("a node fixture of a fixed shape")
+}
+
+/// The state of one package, `a` 1.0.0 (image `example.com/pkg`), whose apply is erroring after
+/// `restarts` failed attempts: the record a timed-out or failing stage leaves.
+pub(super) fn erroring_apply(restarts: i32) -> NodeState {
+    let mut state = NodeState::default();
+    state.upsert(PackageStatus {
+        name: "a".into(),
+        version: "1.0.0".into(),
+        image: "example.com/pkg".into(),
+        container_sha: String::new(),
+        stage: Stage::Apply,
+        state: Some(State::Erroring),
+        restarts,
+    });
+    state
+}
+
+/// Node `n1` (resourceVersion 7) carrying `state` as its record for the NodeWright `nw`.
+pub(super) fn n1_with_state(state: &NodeState) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "resourceVersion": "7", "annotations": {
+            keys::node_state_key("nw"): state.to_annotation()}}})
 }
 
 /// NodeWright `gpu` (with its finalizer) of `packages` on the `pool=gpu` nodes under policy

@@ -470,7 +470,7 @@ pub async fn mark_absorbed(ctx: &Context, absorbed: &[String]) -> Result<(), Rec
 mod tests {
     use std::sync::Mutex;
 
-    use nodewright_shared::node_state::{PackageStatus, Stage, State};
+    use nodewright_shared::node_state::Stage;
     use serde_json::json;
 
     use super::*;
@@ -487,21 +487,9 @@ mod tests {
             ..Default::default()
         };
         let nw = super::super::pass_fixtures::with_package(package);
-        let mut state = NodeState::default();
-        state.upsert(PackageStatus {
-            name: "a".into(),
-            version: "1.0.0".into(),
-            image: "example.com/pkg".into(),
-            container_sha: String::new(),
-            stage: Stage::Apply,
-            state: Some(State::Erroring),
-            restarts: 4,
-        });
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": "n1", "resourceVersion": "7", "annotations": {
-                keys::node_state_key("nw"): state.to_annotation()}},
-        }))
-        .expect("node");
+        let state = super::super::pass_fixtures::erroring_apply(4);
+        let node: Node = serde_json::from_value(super::super::pass_fixtures::n1_with_state(&state))
+            .expect("node");
         let job = nodewright_core::naming::package_job_name("nw", "a", "1.0.0", Stage::Apply, "n1");
         let seen = Seen::default();
         let log = seen.clone();
