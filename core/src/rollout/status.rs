@@ -231,105 +231,9 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
         .iter()
         .filter(|s| matches!(s, Status::InProgress | Status::Erroring))
         .count();
-    let mut status = rollup(&statuses);
-    if status != Status::Complete && input.disabled {
-        status = Status::Disabled;
-    }
-    if input.paused {
-        status = Status::Paused;
-    }
-    if input.missing_policy.is_some() {
-        status = Status::Blocked;
-    }
+    let status = overall(&statuses, &input);
     let ready = status == Status::Complete;
-    let malformed: Vec<&String> = input
-        .nodes
-        .iter()
-        .filter(|(_, (s, _))| s.is_none())
-        .map(|(n, _)| n)
-        .collect();
-
-    let mut conditions = vec![condition(
-        &old.conditions,
-        "Ready",
-        ready,
-        ready_reason(status),
-        ready_message(&input.nodes),
-        generation,
-        now,
-    )];
-    if let Some(policy) = &input.missing_policy {
-        conditions.push(condition(
-            &old.conditions,
-            "DeploymentPolicyNotFound",
-            true,
-            "DeploymentPolicyNotFound",
-            format!("DeploymentPolicy {policy:?} not found"),
-            generation,
-            now,
-        ));
-    }
-    if !malformed.is_empty() {
-        let names: Vec<&str> = malformed.iter().map(|s| s.as_str()).collect();
-        conditions.push(condition(
-            &old.conditions,
-            "NodeStateMalformed",
-            true,
-            "ParseError",
-            format!(
-                "nodeState annotation cannot be parsed on {} node(s): {}",
-                names.len(),
-                names.join(", ")
-            ),
-            generation,
-            now,
-        ));
-    }
-    // Always present, True or False, so `kubectl wait --for=condition=...` works both ways.
-    conditions.push(condition(
-        &old.conditions,
-        "TaintNotTolerable",
-        !input.untolerated.is_empty(),
-        "TaintNotTolerable",
-        if input.untolerated.is_empty() {
-            "All nodes have tolerable taints.".to_owned()
-        } else {
-            skipped_nodes(&input.untolerated, "taints that are not tolerable")
-        },
-        generation,
-        now,
-    ));
-    conditions.push(condition(
-        &old.conditions,
-        "NodesIgnored",
-        !input.ignored.is_empty(),
-        "NodesIgnored",
-        if input.ignored.is_empty() {
-            "No nodes have ignore label set.".to_owned()
-        } else {
-            skipped_nodes(&input.ignored, "ignore label set")
-        },
-        generation,
-        now,
-    ));
-    // Conditions other writers own (none yet) and ours are disjoint; keep unknown ones as they are.
-    let ours = [
-        "Ready",
-        "DeploymentPolicyNotFound",
-        "NodeStateMalformed",
-        "TaintNotTolerable",
-        "NodesIgnored",
-    ];
-    conditions.extend(
-        old.conditions
-            .iter()
-            .filter(|c| !ours.contains(&c.type_.as_str()))
-            .cloned(),
-    );
-    for (type_, value) in &input.uninstall_conditions {
-        let value = value.as_ref().map(|(r, m)| (r.as_str(), m.as_str()));
-        super::uninstall::set_condition(&mut conditions, type_, value, generation, now);
-    }
+    let conditions = conditions(&old.conditions, &input, status, generation, now);
 
     NodeWrightStatus {
         observed_generation: if ready {
@@ -361,6 +265,121 @@ pub fn build(nodewright: &NodeWright, input: StatusInput, now: Timestamp) -> Nod
         revisions: input.revisions,
         rollback: input.rollback,
     }
+}
+
+/// The NodeWright's status from its nodes' (the rollup), overridden by what holds the whole
+/// NodeWright: disabled (unless complete), paused, a missing policy (blocked), in that order.
+fn overall(statuses: &[Status], input: &StatusInput) -> Status {
+    let mut status = rollup(statuses);
+    if status != Status::Complete && input.disabled {
+        status = Status::Disabled;
+    }
+    if input.paused {
+        status = Status::Paused;
+    }
+    if input.missing_policy.is_some() {
+        status = Status::Blocked;
+    }
+    status
+}
+
+/// The conditions of the status: ours (Ready, DeploymentPolicyNotFound, NodeStateMalformed,
+/// TaintNotTolerable, NodesIgnored, the uninstall ones) from `input`, each keeping its transition
+/// time from `old` while its status stays; conditions of other writers kept as they are.
+fn conditions(
+    old: &[Condition],
+    input: &StatusInput,
+    status: Status,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let malformed: Vec<&str> = input
+        .nodes
+        .iter()
+        .filter(|(_, (s, _))| s.is_none())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let ready = status == Status::Complete;
+    let mut conditions = vec![condition(
+        old,
+        "Ready",
+        ready,
+        ready_reason(status),
+        ready_message(&input.nodes),
+        generation,
+        now,
+    )];
+    if let Some(policy) = &input.missing_policy {
+        conditions.push(condition(
+            old,
+            "DeploymentPolicyNotFound",
+            true,
+            "DeploymentPolicyNotFound",
+            format!("DeploymentPolicy {policy:?} not found"),
+            generation,
+            now,
+        ));
+    }
+    if !malformed.is_empty() {
+        conditions.push(condition(
+            old,
+            "NodeStateMalformed",
+            true,
+            "ParseError",
+            format!(
+                "nodeState annotation cannot be parsed on {} node(s): {}",
+                malformed.len(),
+                malformed.join(", ")
+            ),
+            generation,
+            now,
+        ));
+    }
+    // Always present, True or False, so `kubectl wait --for=condition=...` works both ways.
+    conditions.push(condition(
+        old,
+        "TaintNotTolerable",
+        !input.untolerated.is_empty(),
+        "TaintNotTolerable",
+        if input.untolerated.is_empty() {
+            "All nodes have tolerable taints.".to_owned()
+        } else {
+            skipped_nodes(&input.untolerated, "taints that are not tolerable")
+        },
+        generation,
+        now,
+    ));
+    conditions.push(condition(
+        old,
+        "NodesIgnored",
+        !input.ignored.is_empty(),
+        "NodesIgnored",
+        if input.ignored.is_empty() {
+            "No nodes have ignore label set.".to_owned()
+        } else {
+            skipped_nodes(&input.ignored, "ignore label set")
+        },
+        generation,
+        now,
+    ));
+    // Conditions other writers own (none yet) and ours are disjoint; keep unknown ones as they are.
+    let ours = [
+        "Ready",
+        "DeploymentPolicyNotFound",
+        "NodeStateMalformed",
+        "TaintNotTolerable",
+        "NodesIgnored",
+    ];
+    conditions.extend(
+        old.iter()
+            .filter(|c| !ours.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+    for (type_, value) in &input.uninstall_conditions {
+        let value = value.as_ref().map(|(r, m)| (r.as_str(), m.as_str()));
+        super::uninstall::set_condition(&mut conditions, type_, value, generation, now);
+    }
+    conditions
 }
 
 /// `status.packageList`: `name:version` of every package, sorted (a version change is read from it).
