@@ -286,31 +286,63 @@ pub fn samples(
     strategies: &BTreeMap<String, &'static str>,
 ) -> Vec<Sample> {
     let name = nodewright.metadata.name.as_deref().unwrap_or_default();
-    let mut out = Vec::new();
-    let mut push = |gauge, labels, value| {
-        out.push(Sample {
+    let policy = nodewright
+        .spec
+        .deployment_policy
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .unwrap_or(LEGACY_POLICY);
+    let mut out = Samples::default();
+    status_samples(&mut out, name, status);
+    package_samples(&mut out, name, nodewright, status);
+    waiting_samples(&mut out, name, policy, status);
+    compartment_samples(&mut out, name, policy, status, strategies);
+    out.0
+}
+
+/// The samples of one NodeWright, collected in order.
+#[derive(Default)]
+struct Samples(Vec<Sample>);
+
+impl Samples {
+    fn push(&mut self, gauge: Gauges, labels: Labels, value: i64) {
+        self.0.push(Sample {
             gauge,
             labels,
             value,
-        })
-    };
+        });
+    }
+
+    /// A count as a gauge value (saturating: a count never overflows i64 in practice).
+    fn count(&mut self, gauge: Gauges, labels: Labels, count: usize) {
+        self.push(gauge, labels, i64::try_from(count).unwrap_or(i64::MAX));
+    }
+}
+
+/// The NodeWright's status (one series per status, 1 for the current one), its nodes per status
+/// and how many nodes it targets.
+fn status_samples(out: &mut Samples, name: &str, status: &NodeWrightStatus) {
     let current = status.status.unwrap_or_default();
     for s in STATUSES {
         let at = labels(&[("nodewright_name", name), ("status", s.as_str())]);
-        push(Gauges::Status, at.clone(), i64::from(s == current));
+        out.push(Gauges::Status, at.clone(), i64::from(s == current));
         let count = status.node_status.values().filter(|n| **n == s).count();
-        push(
-            Gauges::NodeStatusCount,
-            at,
-            i64::try_from(count).unwrap_or(i64::MAX),
-        );
+        out.count(Gauges::NodeStatusCount, at, count);
     }
-    push(
+    out.count(
         Gauges::NodeTargetCount,
         labels(&[("nodewright_name", name)]),
-        i64::try_from(status.node_status.len()).unwrap_or(i64::MAX),
+        status.node_status.len(),
     );
+}
 
+/// Per package version: its nodes per state and per stage, and the restarts summed over nodes.
+fn package_samples(
+    out: &mut Samples,
+    name: &str,
+    nodewright: &NodeWright,
+    status: &NodeWrightStatus,
+) {
     for (package, spec) in &nodewright.spec.packages {
         let version = spec.version.as_str();
         let base = [
@@ -327,65 +359,59 @@ pub fn samples(
             let count = records.iter().filter(|r| r.state == Some(state)).count();
             let mut l = labels(&base);
             l.push(("state".to_owned(), state.as_str().to_owned()));
-            push(
-                Gauges::PackageStateCount,
-                l,
-                i64::try_from(count).unwrap_or(i64::MAX),
-            );
+            out.count(Gauges::PackageStateCount, l, count);
         }
         for stage in Stage::ALL {
             let count = records.iter().filter(|r| r.stage == stage).count();
             let mut l = labels(&base);
             l.push(("stage".to_owned(), stage.as_str().to_owned()));
-            push(
-                Gauges::PackageStageCount,
-                l,
-                i64::try_from(count).unwrap_or(i64::MAX),
-            );
+            out.count(Gauges::PackageStageCount, l, count);
         }
         let restarts: i64 = records.iter().map(|r| i64::from(r.restarts.max(0))).sum();
-        push(Gauges::PackageRestartsCount, labels(&base), restarts);
+        out.push(Gauges::PackageRestartsCount, labels(&base), restarts);
     }
+}
 
-    let policy = nodewright
-        .spec
-        .deployment_policy
-        .as_deref()
-        .filter(|p| !p.is_empty())
-        .unwrap_or(LEGACY_POLICY);
+/// What the rollout waits for, read from `status.waitingFor`: a maintenance window, the
+/// cluster-wide disruption cap, and how many nodes are at health gates.
+fn waiting_samples(out: &mut Samples, name: &str, policy: &str, status: &NodeWrightStatus) {
+    let at = || labels(&[("nodewright_name", name), ("policy_name", policy)]);
+    let parts = || {
+        status
+            .waiting_for
+            .as_deref()
+            .into_iter()
+            .flat_map(|w| w.split("; "))
+    };
     let waiting = status
         .waiting_for
         .as_deref()
         .is_some_and(|w| w.starts_with(nodewright_shared::window::WAITING));
-    push(
-        Gauges::RolloutWaitingForWindow,
-        labels(&[("nodewright_name", name), ("policy_name", policy)]),
-        i64::from(waiting),
-    );
-    let capped = status.waiting_for.as_deref().is_some_and(|w| {
-        w.split("; ")
-            .any(|part| part.starts_with(nodewright_core::rollout::disruption::WAITING))
-    });
-    push(
+    out.push(Gauges::RolloutWaitingForWindow, at(), i64::from(waiting));
+    let capped =
+        parts().any(|part| part.starts_with(nodewright_core::rollout::disruption::WAITING));
+    out.push(
         Gauges::RolloutWaitingForDisruptionCap,
-        labels(&[("nodewright_name", name), ("policy_name", policy)]),
+        at(),
         i64::from(capped),
     );
     // `waiting for health gates on N node(s)`: N.
-    let at_gates = status
-        .waiting_for
-        .as_deref()
-        .into_iter()
-        .flat_map(|w| w.split("; "))
+    let at_gates = parts()
         .find_map(|part| part.strip_prefix(nodewright_core::rollout::pass::GATES_WAITING))
         .and_then(|rest| rest.trim_start_matches(" on ").split(' ').next())
         .and_then(|n| n.parse::<i64>().ok())
         .unwrap_or(0);
-    push(
-        Gauges::RolloutNodesAtHealthGates,
-        labels(&[("nodewright_name", name), ("policy_name", policy)]),
-        at_gates,
-    );
+    out.push(Gauges::RolloutNodesAtHealthGates, at(), at_gates);
+}
+
+/// Per compartment: its nodes, ceiling, progress and batch state.
+fn compartment_samples(
+    out: &mut Samples,
+    name: &str,
+    policy: &str,
+    status: &NodeWrightStatus,
+    strategies: &BTreeMap<String, &'static str>,
+) {
     for (compartment, c) in &status.compartment_statuses {
         let strategy = strategies.get(compartment).copied().unwrap_or("unknown");
         let l = labels(&[
@@ -419,10 +445,9 @@ pub fn samples(
                 i32::from(batch.soak_until.is_some()),
             ),
         ] {
-            push(gauge, l.clone(), i64::from(value));
+            out.push(gauge, l.clone(), i64::from(value));
         }
     }
-    out
 }
 
 /// The outcome label of a reconcile.
