@@ -421,27 +421,7 @@ fn package_why(
     let used = record
         .as_ref()
         .map(|r| i64::from(r.restarts).max(i64::from(genuine)));
-    let pairs: Vec<(&Pod, &StoredPod)> = job_pods.iter().copied().zip(stored.iter()).collect();
-    let attempt = |(p, s): &(&Pod, &StoredPod)| Attempt {
-        pod: p.name_any(),
-        phase: s.status.as_ref().and_then(|s| s.phase.clone()),
-        reason: attempt_reason(p, s),
-    };
-    // The attempts that show what happened: the genuine failures (first and last), else the pods.
-    let failed: Vec<(&Pod, &StoredPod)> = pairs
-        .iter()
-        .filter(|(_, s)| is_genuine_failure(s))
-        .copied()
-        .collect();
-    let shown = if failed.is_empty() {
-        pairs.clone()
-    } else {
-        failed
-    };
-    let first_attempt = shown.first().map(&attempt);
-    let last_attempt = (shown.len() > 1)
-        .then(|| shown.last().map(&attempt))
-        .flatten();
+    let (first_attempt, last_attempt) = shown_attempts(&job_pods, &stored);
     let stage = record.as_ref().map(|r| r.stage);
     let pkg_events: Vec<String> = events
         .iter()
@@ -450,62 +430,18 @@ fn package_why(
         .collect();
     let erroring = record.as_ref().and_then(|r| r.state) == Some(State::Erroring);
     let running = stored_job.as_ref().is_some_and(|j| !is_finished(j));
-    let (next, command) = if done {
-        ("done".to_owned(), None)
-    } else if timed_out {
-        (
-            "fix the cause (see the evidence and logs), then rerun the stage".to_owned(),
-            stage.map(|s| rerun_command(&name, package, &node_name, s)),
-        )
-    } else if running
-        && job.is_some_and(|j| {
-            j.annotations()
-                .contains_key(keys::PODS_NOT_CREATED_ANNOTATION)
-        })
-    {
-        (
-            "its pod cannot be created (see above): fix what refuses it (the namespace's Pod Security level, a ResourceQuota, an admission webhook); the Job controller keeps trying".to_owned(),
-            Some(format!(
-                "kubectl get events -n {} --field-selector involvedObject.name={},reason=FailedCreate",
-                job.and_then(|j| j.metadata.namespace.clone()).unwrap_or_default(),
-                job.map(ResourceExt::name_any).unwrap_or_default()
-            )),
-        )
-    } else if running
-        && job.is_some_and(|j| {
-            j.annotations()
-                .contains_key(keys::IMAGE_PULL_FAILING_ANNOTATION)
-        })
-    {
-        (
-            "an attempt waits on an image the kubelet cannot pull (see above): fix the package's image (or containerSHA, or the pull secret); the kubelet keeps retrying and the stage runs once it pulls, within its stageTimeout".to_owned(),
-            None,
-        )
-    } else if erroring && running {
-        (
-            "a genuine failure; the Job retries within its backoff limit".to_owned(),
-            Some(format!(
-                "kubectl nodewright package logs {package} --nodewright {name} --node {node_name}"
-            )),
-        )
-    } else if running {
-        ("its stage Job runs now".to_owned(), None)
-    } else if let Some(b) = preview
-        .blockers
-        .iter()
-        .find(|b| matches!(b, Blocker::Dependency { package: p, .. } if p == package))
-        .or_else(|| {
-            preview
-                .blockers
-                .iter()
-                .find(|b| !matches!(b, Blocker::Dependency { .. } | Blocker::TimedOut { .. }))
-        })
-    {
-        let (text, command) = explain(b, &name, &node_name);
-        (format!("waits: {text}"), command)
-    } else {
-        ("starts with the node's next pass".to_owned(), None)
+    let situation = Situation {
+        nodewright: &name,
+        package,
+        node: &node_name,
+        stage,
+        job,
+        done,
+        timed_out,
+        erroring,
+        running,
     };
+    let (next, command) = next_step(&situation, preview);
     PackageWhy {
         package: package.to_owned(),
         version,
@@ -538,6 +474,108 @@ fn package_why(
         next,
         command,
     }
+}
+
+/// What `why` knows of one package on one node when it chooses the next step.
+struct Situation<'a> {
+    nodewright: &'a str,
+    package: &'a str,
+    node: &'a str,
+    /// The recorded stage, if any.
+    stage: Option<Stage>,
+    /// The Job of the recorded stage, if any.
+    job: Option<&'a Job>,
+    done: bool,
+    timed_out: bool,
+    erroring: bool,
+    /// The stage's Job has not finished.
+    running: bool,
+}
+
+/// The next step for the package (what `why` prints after "next:") and the command that takes it,
+/// if one does: the first that applies of done, timed out, pods not created, image not pulled, a
+/// genuine failure retried, running, and what the preview says the node waits for.
+fn next_step(s: &Situation<'_>, preview: &NodePreview) -> (String, Option<String>) {
+    if s.done {
+        ("done".to_owned(), None)
+    } else if s.timed_out {
+        (
+            "fix the cause (see the evidence and logs), then rerun the stage".to_owned(),
+            s.stage
+                .map(|stage| rerun_command(s.nodewright, s.package, s.node, stage)),
+        )
+    } else if s.running
+        && s.job.is_some_and(|j| {
+            j.annotations()
+                .contains_key(keys::PODS_NOT_CREATED_ANNOTATION)
+        })
+    {
+        (
+            "its pod cannot be created (see above): fix what refuses it (the namespace's Pod Security level, a ResourceQuota, an admission webhook); the Job controller keeps trying".to_owned(),
+            Some(format!(
+                "kubectl get events -n {} --field-selector involvedObject.name={},reason=FailedCreate",
+                s.job.and_then(|j| j.metadata.namespace.clone()).unwrap_or_default(),
+                s.job.map(ResourceExt::name_any).unwrap_or_default()
+            )),
+        )
+    } else if s.running
+        && s.job.is_some_and(|j| {
+            j.annotations()
+                .contains_key(keys::IMAGE_PULL_FAILING_ANNOTATION)
+        })
+    {
+        (
+            "an attempt waits on an image the kubelet cannot pull (see above): fix the package's image (or containerSHA, or the pull secret); the kubelet keeps retrying and the stage runs once it pulls, within its stageTimeout".to_owned(),
+            None,
+        )
+    } else if s.erroring && s.running {
+        (
+            "a genuine failure; the Job retries within its backoff limit".to_owned(),
+            Some(format!(
+                "kubectl nodewright package logs {} --nodewright {} --node {}",
+                s.package, s.nodewright, s.node
+            )),
+        )
+    } else if s.running {
+        ("its stage Job runs now".to_owned(), None)
+    } else if let Some(b) = preview
+        .blockers
+        .iter()
+        .find(|b| matches!(b, Blocker::Dependency { package: p, .. } if p == s.package))
+        .or_else(|| {
+            preview
+                .blockers
+                .iter()
+                .find(|b| !matches!(b, Blocker::Dependency { .. } | Blocker::TimedOut { .. }))
+        })
+    {
+        let (text, command) = explain(b, s.nodewright, s.node);
+        (format!("waits: {text}"), command)
+    } else {
+        ("starts with the node's next pass".to_owned(), None)
+    }
+}
+
+/// The attempts that show what happened, as (first, last): the genuine failures, else the pods
+/// (the last only when there is more than one).
+fn shown_attempts(pods: &[&Pod], stored: &[StoredPod]) -> (Option<Attempt>, Option<Attempt>) {
+    let pairs: Vec<(&Pod, &StoredPod)> = pods.iter().copied().zip(stored.iter()).collect();
+    let attempt = |(p, s): &(&Pod, &StoredPod)| Attempt {
+        pod: p.name_any(),
+        phase: s.status.as_ref().and_then(|s| s.phase.clone()),
+        reason: attempt_reason(p, s),
+    };
+    let failed: Vec<(&Pod, &StoredPod)> = pairs
+        .iter()
+        .filter(|(_, s)| is_genuine_failure(s))
+        .copied()
+        .collect();
+    let shown = if failed.is_empty() { pairs } else { failed };
+    let first = shown.first().map(&attempt);
+    let last = (shown.len() > 1)
+        .then(|| shown.last().map(&attempt))
+        .flatten();
+    (first, last)
 }
 
 /// Runs `why`.
