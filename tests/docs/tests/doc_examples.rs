@@ -7,6 +7,16 @@ use std::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_runs() {
+    // Captured with the test's output (shown when it fails): the in-process operator's and
+    // webhook's warnings, and the webhook's reasons for leaving out a blast-radius warning (a page
+    // once missed one under load; the reason was never seen).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,nodewright_webhook::rules=debug".into()),
+        )
+        .with_test_writer()
+        .try_init();
     let started = Instant::now();
     let env = nodewright_docs::harness::Env::start()
         .await

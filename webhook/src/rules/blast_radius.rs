@@ -11,6 +11,7 @@ use nodewright_core::rollout::compartments::compartments;
 use nodewright_core::rollout::parts::defaulted_policy;
 use nodewright_core::rollout::selection::NodeSelection;
 use nodewright_shared::api::NodeWright;
+use tracing::debug;
 
 use super::cluster::ClusterView;
 use super::findings::Findings;
@@ -28,10 +29,21 @@ pub(super) fn check(
     if impacts.is_empty() {
         return;
     }
+    // Each silent way out is logged at debug level (RUST_LOG=nodewright_webhook=debug): a warning
+    // the user expected and did not get is otherwise hard to trace back.
+    let nodewright = new.metadata.name.as_deref().unwrap_or_default();
     let Ok(selection) = NodeSelection::of(new) else {
+        debug!(
+            nodewright,
+            "no blast-radius warning: the node selector does not compile"
+        );
         return;
     };
     let Some(nodes) = cluster.selected_nodes(&selection) else {
+        debug!(
+            nodewright,
+            "no blast-radius warning: the node watch has not listed yet"
+        );
         return;
     };
     let policy_name = new
@@ -42,10 +54,23 @@ pub(super) fn check(
     let policy = match policy_name {
         Some(name) => match cluster.policy(name) {
             Some(found) => Some(defaulted_policy(&found)),
-            None => return,
+            None => {
+                debug!(
+                    nodewright,
+                    policy = name,
+                    "no blast-radius warning: the DeploymentPolicy is unknown or its spec does not decode"
+                );
+                return;
+            }
         },
         None => None,
     };
+    if nodes.is_empty() {
+        debug!(
+            nodewright,
+            "no blast-radius warning: the selector picks no node the watch knows"
+        );
+    }
     let refs: Vec<&Node> = nodes.iter().collect();
     let pace = Pace::of(&compartments(new, policy.as_ref(), &refs), policy_name);
     for warning in blast::warnings(&impacts, nodes.len(), &pace) {
