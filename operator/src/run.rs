@@ -93,19 +93,8 @@ pub async fn run_instrumented(
     });
 
     let election_stop = CancellationToken::new();
-    let (mut handle, election) = if config.leader_election {
-        let (elector, handle) = Elector::new(client.clone(), config.lease.clone())?;
-        let elector = match leader_metrics {
-            Some(m) => elector.with_metrics(m),
-            None => elector,
-        };
-        (
-            handle,
-            Some(tokio::spawn(elector.run(election_stop.clone()))),
-        )
-    } else {
-        (LeaderHandle::unconditional(&shutdown), None)
-    };
+    let (mut handle, election) =
+        start_election(&client, &config, leader_metrics, &election_stop, &shutdown)?;
 
     loop {
         let term = tokio::select! {
@@ -137,43 +126,15 @@ pub async fn run_instrumented(
             settling: settling_legacy,
         } = crate::runtime::legacy_jobs::term_layout(&client, &config, &stop).await;
         info!(namespace = %config.jobs.namespace, settling_legacy, "leading: starting the reconcilers");
-        let (pod_store, pod_writer) = reflector::store::<StoredPod>();
-        let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
-        let (job_store, job_writer) = reflector::store::<StoredJob>();
-        let (failed_create_store, failed_create_writer) =
-            reflector::store::<k8s_openapi::api::core::v1::Event>();
-        let (jobs_synced_tx, jobs_synced) = watch::channel(false);
-        let (policy_store, policy_writer) = reflector::store::<DeploymentPolicy>();
-        let policies_synced = synced_flag(policy_store.clone(), || {});
-        let ctx = Arc::new(Context {
-            client: client.clone(),
-            config: config.clone(),
-            nodes: node_store.clone(),
-            pods: pod_store,
-            nodewrights: nodewright_store,
-            jobs: job_store,
-            failed_creates: failed_create_store,
-            jobs_synced,
-            policies: policy_store,
-            policies_synced,
-            term: stop.clone(),
-            options: options.clone(),
-            events: crate::writes::Events::new(
-                client.clone(),
-                &config.lease.identity,
-                stop.clone(),
-            ),
-            writer: crate::writes::Writer::new(
-                client.clone(),
-                &config.jobs.namespace,
-                stop.clone(),
-            ),
-            metrics: state_metrics.clone(),
+        let (ctx, writers) = term_context(
+            &client,
+            config,
+            node_store.clone(),
+            &stop,
+            &options,
+            &state_metrics,
             settling_legacy,
-            disruption: crate::rollout::disruption_cap::DisruptionCap::new(
-                config.max_disrupted_nodes,
-            ),
-        });
+        );
         // The certificate controller is leader-only like the reconcilers, and ends with the term.
         let certs = options.webhook_certs.clone().map(|settings| {
             tokio::spawn(crate::webhook_certs::run(
@@ -182,19 +143,7 @@ pub async fn run_instrumented(
                 stop.clone(),
             ))
         });
-        run_term(
-            ctx,
-            node_tx.subscribe(),
-            Writers {
-                nodewrights: nodewright_writer,
-                pods: pod_writer,
-                jobs: job_writer,
-                failed_creates: failed_create_writer,
-                jobs_synced: jobs_synced_tx,
-                policies: policy_writer,
-            },
-        )
-        .await;
+        run_term(ctx, node_tx.subscribe(), writers).await;
         stop.cancel();
         // A replica that no longer leads reports no NodeWright gauges (the new leader does).
         state_metrics.forget_gauges();
@@ -218,6 +167,75 @@ pub async fn run_instrumented(
     cache_stop.cancel();
     cache.await?;
     Ok(())
+}
+
+/// The leader election (a task electing on the Lease until `stop`) and the handle a term is
+/// acquired from; without leader election, a handle that leads until `shutdown`.
+fn start_election(
+    client: &kube::Client,
+    config: &OperatorConfig,
+    leader_metrics: Option<LeaderMetrics>,
+    stop: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> Result<(LeaderHandle, Option<tokio::task::JoinHandle<()>>), RunError> {
+    if !config.leader_election {
+        return Ok((LeaderHandle::unconditional(shutdown), None));
+    }
+    let (elector, handle) = Elector::new(client.clone(), config.lease.clone())?;
+    let elector = match leader_metrics {
+        Some(m) => elector.with_metrics(m),
+        None => elector,
+    };
+    Ok((handle, Some(tokio::spawn(elector.run(stop.clone())))))
+}
+
+/// One term's context (its own stores, writers and events, all ending with `stop`) over the
+/// process-wide node store, and the store writers its watches fill.
+fn term_context(
+    client: &kube::Client,
+    config: Arc<OperatorConfig>,
+    node_store: reflector::Store<Node>,
+    stop: &CancellationToken,
+    options: &RunOptions,
+    state_metrics: &StateMetrics,
+    settling_legacy: bool,
+) -> (Arc<Context>, Writers) {
+    let (pod_store, pod_writer) = reflector::store::<StoredPod>();
+    let (nodewright_store, nodewright_writer) = reflector::store::<NodeWright>();
+    let (job_store, job_writer) = reflector::store::<StoredJob>();
+    let (failed_create_store, failed_create_writer) =
+        reflector::store::<k8s_openapi::api::core::v1::Event>();
+    let (jobs_synced_tx, jobs_synced) = watch::channel(false);
+    let (policy_store, policy_writer) = reflector::store::<DeploymentPolicy>();
+    let policies_synced = synced_flag(policy_store.clone(), || {});
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        config: config.clone(),
+        nodes: node_store.clone(),
+        pods: pod_store,
+        nodewrights: nodewright_store,
+        jobs: job_store,
+        failed_creates: failed_create_store,
+        jobs_synced,
+        policies: policy_store,
+        policies_synced,
+        term: stop.clone(),
+        options: options.clone(),
+        events: crate::writes::Events::new(client.clone(), &config.lease.identity, stop.clone()),
+        writer: crate::writes::Writer::new(client.clone(), &config.jobs.namespace, stop.clone()),
+        metrics: state_metrics.clone(),
+        settling_legacy,
+        disruption: crate::rollout::disruption_cap::DisruptionCap::new(config.max_disrupted_nodes),
+    });
+    let writers = Writers {
+        nodewrights: nodewright_writer,
+        pods: pod_writer,
+        jobs: job_writer,
+        failed_creates: failed_create_writer,
+        jobs_synced: jobs_synced_tx,
+        policies: policy_writer,
+    };
+    (ctx, writers)
 }
 
 /// A flag that turns true once `store` has listed (and `on_synced` ran). One waiter on the store's
