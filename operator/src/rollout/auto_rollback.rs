@@ -12,12 +12,11 @@ use kube::api::Patch;
 use nodewright_core::rollout::history::Packages;
 use nodewright_core::rollout::rollback::{self, Next};
 use nodewright_shared::api::{AutomaticRollback, NodeWright, RollbackPhase};
-use serde_json::Map;
 use tracing::{info, warn};
 
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::writes::WriteError;
+use crate::writes::{StatusRecords, StatusWrite, WriteError};
 
 /// Carries out the NodeWright's due automatic rollback, if any. Returns whether it wrote (the
 /// writes are events: the pass ends and plans again on the object as written).
@@ -120,25 +119,22 @@ async fn record(
         "recording the automatic rollback ({}) of NodeWright {name}",
         outcome.phase.as_str()
     );
-    let mut status = Map::new();
-    status.insert(
-        "rollback".into(),
-        serde_json::to_value(outcome).map_err(|source| ReconcileError::Json {
-            what: action.clone(),
-            source,
-        })?,
-    );
+    let value = serde_json::to_value(outcome).map_err(|source| ReconcileError::Json {
+        what: action.clone(),
+        source,
+    })?;
+    let mut records = StatusRecords::new(action).value("rollback", value);
     if reset
         && let Some(cleared) = nodewright
             .status
             .as_ref()
             .and_then(rollback::batch_state_reset)
     {
-        status.extend(cleared);
+        records = records.fields(cleared);
     }
     let written = ctx
         .writer
-        .merge_nodewright_status(nodewright, status, &action)
+        .write_status(nodewright, StatusWrite::Records(records))
         .await?;
     let (reason, message, warning) = rollback::event(outcome, from, to);
     if warning {

@@ -23,8 +23,8 @@ use nodewright_shared::node_state::NodeState;
 use super::configmap_sync;
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::writes::Unchanged;
 use crate::writes::memo;
+use crate::writes::{StatusRecords, StatusWrite, Unchanged};
 
 /// Detects config changes ([`detect`]), records them (`status.configUpdates`, in the API and in
 /// `nodewright`), queues the reruns on `nodes` (the NodeWright's selected nodes), then writes the
@@ -61,8 +61,12 @@ pub async fn sync(
     let written = updates != previous;
     if written {
         // The record comes first (see the module doc): the new updates in the status.
+        let records = StatusRecords::new(format!(
+            "recording the config updates of NodeWright {name}"
+        ))
+        .map("configUpdates", &previous, &updates)?;
         ctx.writer
-            .set_status_map(nodewright, "configUpdates", &previous, &updates)
+            .write_status(nodewright, StatusWrite::Records(records))
             .await?;
         let mut status = nodewright.status.clone().unwrap_or_default();
         status.config_updates = updates;

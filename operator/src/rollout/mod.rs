@@ -53,6 +53,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::context::{Context, PolicyLookup};
 use crate::error::ReconcileError;
 use crate::metrics::nodewright_gauges::{self as state_metrics, Outcome};
+use crate::writes::StatusWrite;
 
 /// Requeue while work is in flight: a safety net, progress is driven by watch events.
 const IN_FLIGHT_RESYNC: Duration = Duration::from_secs(30);
@@ -330,7 +331,7 @@ async fn decide_and_act(
     if let Some(status) = &decided.persist {
         written = Some(
             ctx.writer
-                .replace_nodewright_status(nodewright, status)
+                .write_status(nodewright, StatusWrite::Whole(status))
                 .await?,
         );
     }
@@ -520,7 +521,7 @@ async fn write_status(
         return Ok(());
     }
     ctx.writer
-        .replace_nodewright_status(nodewright, &status)
+        .write_status(nodewright, StatusWrite::Whole(&status))
         .await?;
     if old.status != status.status {
         let (from, to) = (

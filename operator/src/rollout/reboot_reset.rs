@@ -20,7 +20,7 @@ use tracing::info;
 use super::auto_taint;
 use crate::context::Context;
 use crate::error::ReconcileError;
-use crate::writes::Unchanged;
+use crate::writes::{StatusRecords, StatusWrite, Unchanged};
 
 /// With REAPPLY_ON_REBOOT: resets the rebooted nodes, then records the new boot IDs. Returns whether
 /// any node was reset (the caller plans again on the fresh nodes).
@@ -69,13 +69,13 @@ pub async fn reset_rebooted(
     }
     // The new boot IDs are the record that these reboots were handled: written before the pass
     // plans (which ends it), so a crash before this write only repeats the resets above.
+    let records = StatusRecords::new(format!("recording the boot IDs of NodeWright {name}")).map(
+        "nodeBootIds",
+        &previous,
+        &current_ids(&previous, nodes),
+    )?;
     ctx.writer
-        .set_status_map(
-            nodewright,
-            "nodeBootIds",
-            &previous,
-            &current_ids(&previous, nodes),
-        )
+        .write_status(nodewright, StatusWrite::Records(records))
         .await?;
     Ok(true)
 }

@@ -119,7 +119,7 @@ mod tests {
                 crate::metrics::nodewright_gauges::samples(&nw, &status, &Default::default());
             ctx.metrics.report(name, samples);
             ctx.writer
-                .replace_nodewright_status(&nw, &status)
+                .write_status(&nw, crate::writes::StatusWrite::Whole(&status))
                 .await
                 .expect("status written");
         }

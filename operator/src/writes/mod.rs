@@ -23,6 +23,7 @@ mod pods;
 pub use events::{Events, job_ref};
 pub use lease::LeaseWriter;
 pub use nodes::{NodeWriteError, Unchanged};
+pub use nodewrights::{StatusRecords, StatusWrite};
 
 use tokio_util::sync::CancellationToken;
 

@@ -1,5 +1,6 @@
 //! NodeWright writes: the finalizer (a JSON Patch on the object, guarded by a resourceVersion
-//! `test`) and the status subresource, always replaced whole under the same guard.
+//! `test`) and the status subresource, through one method ([`Writer::write_status`]) under the
+//! same guard: the pass's whole status, or the records it writes before it plans.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -44,7 +45,91 @@ impl Serialize for WithStatus<'_> {
     }
 }
 
+/// A write of a NodeWright's status ([`Writer::write_status`]): what the status's two kinds of
+/// content call for.
+pub enum StatusWrite<'a> {
+    /// The pass's status, whole, as `nodewright_core::rollout::status::build` composed it (every
+    /// field an input of it, the records below among them).
+    Whole(&'a NodeWrightStatus),
+    /// Records a pass writes before it plans, ahead of the acts they guard, so that a crash
+    /// between the two repeats the acts' guard and never the acts: the boot IDs of the reboots it
+    /// handled, the config updates it queued, an automatic rollback's phase. Only these fields
+    /// change: a whole write from the stored object would drop the per-node records, which the
+    /// store does not keep.
+    Records(StatusRecords),
+}
+
+/// Top-level status fields for [`StatusWrite::Records`], and what writing them is (for errors).
+pub struct StatusRecords {
+    action: String,
+    fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl StatusRecords {
+    /// Fields that `action` (e.g. "recording the boot IDs of NodeWright x") writes.
+    pub fn new(action: impl Into<String>) -> Self {
+        Self {
+            action: action.into(),
+            fields: serde_json::Map::new(),
+        }
+    }
+
+    /// Sets the field `field` to `value`.
+    pub fn value(mut self, field: &str, value: serde_json::Value) -> Self {
+        self.fields.insert(field.to_owned(), value);
+        self
+    }
+
+    /// Sets more fields (a `null` removes one).
+    pub fn fields(mut self, fields: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.fields.extend(fields);
+        self
+    }
+
+    /// Sets the map `field` from `old` to `new`: entries gone from `new` are removed, the others
+    /// set (a merge patch of that map).
+    pub fn map<V: Serialize>(
+        mut self,
+        field: &str,
+        old: &std::collections::BTreeMap<String, V>,
+        new: &std::collections::BTreeMap<String, V>,
+    ) -> Result<Self, WriteFailed> {
+        let mut entries = serde_json::Map::new();
+        for key in old.keys().filter(|k| !new.contains_key(*k)) {
+            entries.insert(key.clone(), serde_json::Value::Null);
+        }
+        for (key, value) in new {
+            let value = serde_json::to_value(value).map_err(|source| WriteFailed::Json {
+                action: self.action.clone(),
+                source,
+            })?;
+            entries.insert(key.clone(), value);
+        }
+        self.fields
+            .insert(field.to_owned(), serde_json::Value::Object(entries));
+        Ok(self)
+    }
+}
+
 impl Writer {
+    /// Writes the NodeWright's status: the one way the operator does. Either kind is guarded by
+    /// the object's resourceVersion (a write computed from a stale object fails with 409 instead
+    /// of overwriting a newer status). Returns the object as written, trimmed as the store keeps
+    /// it.
+    pub async fn write_status(
+        &self,
+        nodewright: &NodeWright,
+        write: StatusWrite<'_>,
+    ) -> Result<NodeWright, WriteFailed> {
+        match write {
+            StatusWrite::Whole(status) => self.replace_status(nodewright, status).await,
+            StatusWrite::Records(records) => {
+                self.merge_status(nodewright, records.fields, &records.action)
+                    .await
+            }
+        }
+    }
+
     /// Patches the NodeWright `name`.
     pub async fn patch_nodewright(
         &self,
@@ -61,13 +146,13 @@ impl Writer {
     /// of nodes that left are dropped too), only for the version of the object it was computed
     /// from: the object's resourceVersion makes a write from a stale cache fail with 409 (a
     /// conflict, retried at once on a fresh read) instead of overwriting a newer status (e.g.
-    /// rolling a batch state back). The one way the operator writes a NodeWright's status.
+    /// rolling a batch state back).
     ///
     /// The body is serialized straight to bytes (the status of a large fleet is a megabyte of
     /// JSON: no value tree of it is built). Returns the object as written, trimmed as the store
     /// keeps it ([`nodewright_core::stored::trim_nodewright`]); its new resourceVersion guards the next
     /// write of the same pass, and [`Writer::fresher`] serves it until the store catches up.
-    pub async fn replace_nodewright_status(
+    async fn replace_status(
         &self,
         nodewright: &NodeWright,
         status: &NodeWrightStatus,
@@ -200,40 +285,10 @@ impl Writer {
         names
     }
 
-    /// Sets one map of the NodeWright's status (`field`: its JSON name) from `old` to `new` with a
-    /// merge patch (entries gone from `new` are removed), under the object's resourceVersion (a
-    /// stale object fails with 409): for the records a pass writes before it plans (boot IDs,
-    /// config updates), without rewriting the rest of the status.
-    pub async fn set_status_map<V: Serialize>(
-        &self,
-        nodewright: &NodeWright,
-        field: &str,
-        old: &std::collections::BTreeMap<String, V>,
-        new: &std::collections::BTreeMap<String, V>,
-    ) -> Result<NodeWright, WriteFailed> {
-        let name = nodewright.name_any();
-        let action = || format!("writing status.{field} of NodeWright {name}");
-        let mut entries = serde_json::Map::new();
-        for key in old.keys().filter(|k| !new.contains_key(*k)) {
-            entries.insert(key.clone(), serde_json::Value::Null);
-        }
-        for (key, value) in new {
-            let value = serde_json::to_value(value).map_err(|source| WriteFailed::Json {
-                action: action(),
-                source,
-            })?;
-            entries.insert(key.clone(), value);
-        }
-        let mut status = serde_json::Map::new();
-        status.insert(field.to_owned(), serde_json::Value::Object(entries));
-        self.merge_nodewright_status(nodewright, status, &action())
-            .await
-    }
-
     /// Merge-patches the NodeWright's status with `status` (top-level fields as JSON; `null`
     /// removes), under the object's resourceVersion (a stale object fails with 409), naming
     /// `action` in an error. Returns the object as written, trimmed as the store keeps it.
-    pub async fn merge_nodewright_status(
+    async fn merge_status(
         &self,
         nodewright: &NodeWright,
         status: serde_json::Map<String, serde_json::Value>,
@@ -276,7 +331,7 @@ mod tests {
         };
         for name in ["a", "b", "c"] {
             writer
-                .replace_nodewright_status(&stored_nodewright(name), &status)
+                .write_status(&stored_nodewright(name), StatusWrite::Whole(&status))
                 .await
                 .expect("status written");
         }
