@@ -8,16 +8,20 @@
 # current) and exports NODEWRIGHT_RELEASE_DIR. The build's output goes to stderr, or to the file
 # LOG (then its last 40 lines on a failure). A failed build exits.
 release_images() {
-  local log="${1:-/dev/stderr}" release_env
-  # Assigned first: a failed build stops here (`eval "$(...)"` alone would not).
-  if ! release_env="$(NODEWRIGHT_DIST="${NODEWRIGHT_CACHE:-${HOME}/.cache/nodewright}/release/ci" \
-    release/build.sh --images-only --arch amd64 2>>"${log}" | tail -n 1)"; then
-    if [[ "${log}" != /dev/stderr ]]; then
+  local log="${1:-}" release_env
+  local dist="${NODEWRIGHT_CACHE:-${HOME}/.cache/nodewright}/release/ci"
+  # Assigned first: a failed build stops here (`eval "$(...)"` alone would not). Its last line
+  # is the environment it built.
+  if [[ -n "${log}" ]]; then
+    if ! release_env="$(NODEWRIGHT_DIST="${dist}" \
+      release/build.sh --images-only --arch amd64 2>>"${log}" | tail -n 1)"; then
       tail -n 40 "${log}" >&2
       echo "error: building the release images failed; see ${log}" >&2
-    else
-      echo "error: building the release images failed (output above)" >&2
+      exit 1
     fi
+  elif ! release_env="$(NODEWRIGHT_DIST="${dist}" \
+    release/build.sh --images-only --arch amd64 | tail -n 1)"; then
+    echo "error: building the release images failed (output above)" >&2
     exit 1
   fi
   eval "${release_env}"
