@@ -18,7 +18,8 @@
 # not passed, and its reason is listed under the table. Exit status 1 when any suite failed.
 #
 # Environment: NODEWRIGHT_ALLOW_SKIP is passed through (as root nothing else may skip; otherwise
-# the suites that need root, as in tests/run-all.sh), CARGO_TARGET_DIR, NODEWRIGHT_CACHE.
+# the suites that need root, as in tests/run-all.sh), CARGO_TARGET_DIR, NODEWRIGHT_CACHE, and
+# NODEWRIGHT_{CLI,OPERATOR,WEBHOOK}_BIN (default: the binaries the first step builds).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo}"
@@ -54,7 +55,7 @@ suites_all=(
 )
 core_count=8
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
 core=false
 out=""
@@ -101,7 +102,13 @@ fi
 # NODEWRIGHT_K8S_VERSION at run time). Always with --workspace, as tests/run-all.sh builds them:
 # selecting packages with -p unifies dependency features differently (kube's `cel`, ...) and
 # would rebuild much of the workspace.
-cargo_args=(--workspace)
+# `binary` (the CLI's cluster-free test) is there for its package's binary: an integration test
+# makes cargo build its package's binaries, and the suites below run kubectl-nodewright, the
+# operator and the webhook from this build (NODEWRIGHT_*_BIN, as tests/run-all.sh sets them).
+# Left to build them themselves (`cargo build -p`, features unified for one package), the suites
+# replaced each other's artifacts and the next suite compiled again: minutes per minor, counted in
+# the suites' wall times.
+cargo_args=(--workspace --test binary)
 for s in "${suites[@]}"; do
   read -r _ _ target <<<"${s}"
   cargo_args+=(--test "${target}")
@@ -111,6 +118,13 @@ t0=$SECONDS
 cargo test --no-run "${cargo_args[@]}" >"${out}/cargo-build.log" 2>&1 \
   || { tail -n 40 "${out}/cargo-build.log" >&2; echo "error: building the test binaries failed; see ${out}/cargo-build.log" >&2; exit 1; }
 cargo_build_seconds=$((SECONDS - t0))
+bin_dir_of_build="${CARGO_TARGET_DIR:-${repo}/target}/debug"
+export NODEWRIGHT_CLI_BIN="${NODEWRIGHT_CLI_BIN:-${bin_dir_of_build}/kubectl-nodewright}"
+export NODEWRIGHT_OPERATOR_BIN="${NODEWRIGHT_OPERATOR_BIN:-${bin_dir_of_build}/nodewright-operator}"
+export NODEWRIGHT_WEBHOOK_BIN="${NODEWRIGHT_WEBHOOK_BIN:-${bin_dir_of_build}/nodewright-webhook}"
+for bin in "${NODEWRIGHT_CLI_BIN}" "${NODEWRIGHT_OPERATOR_BIN}" "${NODEWRIGHT_WEBHOOK_BIN}"; do
+  [[ -x "${bin}" ]] || { echo "error: ${bin} was not built by: cargo test --no-run ${cargo_args[*]}" >&2; exit 1; }
+done
 if [[ "$(id -u)" == 0 && " ${suites[*]} " == *" real-node "* && -z "${NODEWRIGHT_IMAGES_DIR:-}" ]]; then
   step "building the images for the real node"
   eval "$(tests/images/build.sh 2>>"${out}/images-build.log" | tail -n 1)"

@@ -8,8 +8,14 @@
 # current) and exports NODEWRIGHT_RELEASE_DIR. The build's output goes to stderr, or to the file
 # LOG (then its last 40 lines on a failure). A failed build exits.
 release_images() {
-  local log="${1:-}" release_env
+  local log="${1:-}" release_env lock_fd
   local dist="${NODEWRIGHT_CACHE:-${HOME}/.cache/nodewright}/release/ci"
+  # One build at a time writes ${dist}: a matrix run beside tests/run-all.sh (or another matrix
+  # run) would otherwise interleave two builds' files there. The second waits, then finds the
+  # images current. The lock goes with the descriptor, on return or on exit.
+  mkdir -p "$(dirname "${dist}")"
+  exec {lock_fd}>"${dist}.lock"
+  flock "${lock_fd}"
   # Assigned first: a failed build stops here (`eval "$(...)"` alone would not). Its last line
   # is the environment it built.
   if [[ -n "${log}" ]]; then
@@ -24,6 +30,7 @@ release_images() {
     echo "error: building the release images failed (output above)" >&2
     exit 1
   fi
+  exec {lock_fd}>&-
   eval "${release_env}"
   export NODEWRIGHT_RELEASE_DIR
 }
