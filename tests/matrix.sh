@@ -3,12 +3,16 @@
 # prints a table: suite x version -> passed/failed/skipped and wall time, plus the control plane's
 # build time per version.
 #
-# Usage: tests/matrix.sh [--core] [--out DIR] [VERSION...]
+# Usage: tests/matrix.sh [--core | --suite NAME...] [--out DIR] [VERSION...]
 #   VERSION   a minor with a module in tests/controlplane/go (kubernetes-1.<minor>), e.g. 1.31;
 #             default: every one of them, oldest first
 #   --core    the quicker set: rollout, outcomes, timeouts, stuck, policies, webhook admission,
 #             chart install, CLI (default: every suite that runs on a cluster)
+#   --suite   only this suite (a name of the table, e.g. real-node); repeat it for more
 #   --out     where the logs and results go (default: <cache>/matrix/<UTC time>)
+#
+# One run at a time: a second waits for the first (they would share the docs' example cluster,
+# the real node and the image caches).
 #
 # For each version: tests/controlplane/build.sh with NODEWRIGHT_K8S_VERSION set (cached per
 # version; a cold build is about 15 minutes on 2 cores), then each suite as
@@ -55,14 +59,16 @@ suites_all=(
 )
 core_count=8
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 
 core=false
 out=""
 versions=()
+chosen=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --core) core=true; shift ;;
+    --suite) chosen+=("${2:?--suite needs a suite name}"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -76,7 +82,25 @@ fi
 for v in "${versions[@]}"; do
   NODEWRIGHT_K8S_VERSION="${v}" cp_k8s_minor >/dev/null
 done
-if ${core}; then
+if ${core} && ((${#chosen[@]} > 0)); then
+  echo "error: --core and --suite choose the suites each; give one of them" >&2
+  exit 2
+elif ((${#chosen[@]} > 0)); then
+  suites=()
+  for name in "${chosen[@]}"; do
+    found=""
+    for s in "${suites_all[@]}"; do
+      read -r n _ _ <<<"${s}"
+      [[ "${n}" == "${name}" ]] && found="${s}"
+    done
+    if [[ -z "${found}" ]]; then
+      echo "error: --suite ${name}: no such suite; the suites are: $(for s in "${suites_all[@]}"; do read -r n _ _ <<<"${s}"; printf '%s ' "${n}"; done)" >&2
+      exit 2
+    fi
+    suites+=("${found}")
+  done
+  set_name="chosen"
+elif ${core}; then
   suites=("${suites_all[@]:0:core_count}")
   set_name="core"
 else
@@ -84,6 +108,12 @@ else
   set_name="all"
 fi
 
+mkdir -p "$(cp_cache_root)/matrix"
+exec {matrix_lock}>"$(cp_cache_root)/matrix/.lock"
+if ! flock -n "${matrix_lock}"; then
+  echo "matrix: another tests/matrix.sh run holds $(cp_cache_root)/matrix/.lock; waiting for it to end" >&2
+  flock "${matrix_lock}"
+fi
 out="${out:-$(cp_cache_root)/matrix/$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "${out}"
 results="${out}/results.tsv"
@@ -128,6 +158,8 @@ done
 if [[ "$(id -u)" == 0 && " ${suites[*]} " == *" real-node "* && -z "${NODEWRIGHT_IMAGES_DIR:-}" ]]; then
   step "building the images for the real node"
   eval "$(tests/images/build.sh 2>>"${out}/images-build.log" | tail -n 1)"
+  # A failed build prints no environment line: stop here, not at the real node's suite.
+  [[ -n "${NODEWRIGHT_IMAGES_DIR:-}" ]] || { tail -n 20 "${out}/images-build.log" >&2; echo "error: building the test images failed; see ${out}/images-build.log" >&2; exit 1; }
   export NODEWRIGHT_IMAGES_DIR
 fi
 # The real node installs the release's chart with its linux/amd64 images, as tests/run-all.sh

@@ -123,7 +123,10 @@ fi
 # test images; tests/e2e/tests/real_node.rs runs the chart and real package stages on it.
 if $release_built && [[ "$(id -u)" == 0 && "${NODEWRIGHT_REAL_NODE_TESTS:-1}" != 0 ]]; then
   step "building the test images for the real node (test agent and packages, pause)"
+  unset NODEWRIGHT_IMAGES_DIR
   eval "$(tests/images/build.sh | tail -n 1)"
+  # A failed build prints no environment line (its error is above): stop here.
+  [[ -n "${NODEWRIGHT_IMAGES_DIR:-}" ]] || { echo "error: building the test images failed (output above)" >&2; exit 1; }
   export NODEWRIGHT_IMAGES_DIR
 else
   step "no real node: not root, or NODEWRIGHT_REAL_NODE_TESTS=0 (the suites that need root skip, on purpose)"

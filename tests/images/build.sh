@@ -77,13 +77,18 @@ key=$(
     } | sha256sum | cut -c1-16
 )
 OUT=$CACHE/images/$key
+mkdir -p "$CACHE/images"
+# One build at a time: two at once (a matrix run beside tests/run-all.sh) each replaced the other's
+# $OUT, and one of them ended without its environment line. The second waits here, then finds
+# the images built.
+exec 9>"$CACHE/images/.build.lock"
+flock 9
 if [ -f "$OUT/images.json" ]; then
     log "up to date: $OUT"
     echo "export NODEWRIGHT_IMAGES_DIR=$OUT"
     exit 0
 fi
 
-mkdir -p "$CACHE/images"
 WORK=$(mktemp -d "$CACHE/images/.build-$key.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 log "building into $OUT (work dir $WORK)"
