@@ -21,7 +21,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_core::rollout::selection::NodeSelection;
 use nodewright_shared::api::{DeploymentPolicy, NodeWright};
 use serde_json::Value;
+use tokio::sync::watch;
 use tracing::{info, warn};
+
+use crate::listed;
 
 use crate::rules::cluster::{ClusterView, PolicyAtSource, PolicyLookup};
 use crate::rules::env::EnvNames;
@@ -35,10 +38,13 @@ pub struct ClusterCache {
     policy_api: Api<DynamicObject>,
     nodewrights: Store<DynamicObject>,
     nodes: Store<PartialObjectMeta<Node>>,
+    /// The policy and NodeWright stores have listed ([`listed`]: any number of waiters).
+    policies_listed: watch::Receiver<bool>,
+    nodewrights_listed: watch::Receiver<bool>,
     /// The node store has listed. Readiness does not wait for it: the nodes only feed warnings,
     /// and admission (the emergency pause among it) must not depend on them, e.g. when the
     /// webhook may not list nodes (an older ClusterRole); until then no blast-radius warning.
-    nodes_listed: Arc<std::sync::atomic::AtomicBool>,
+    nodes_listed: watch::Receiver<bool>,
     /// Which environment variable names the kube-apiserver accepts ([`follow_server_version`]):
     /// [`ENV_NAMES_UNKNOWN`] until its version has been read, then strict or relaxed.
     env_names: Arc<std::sync::atomic::AtomicU8>,
@@ -157,15 +163,6 @@ impl ClusterCache {
             .modify(trim_node),
         );
         tokio::spawn(drain("nodes", node_stream));
-        let nodes_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        {
-            let (nodes, listed) = (nodes.clone(), nodes_listed.clone());
-            tokio::spawn(async move {
-                if nodes.wait_until_ready().await.is_ok() {
-                    listed.store(true, std::sync::atomic::Ordering::SeqCst);
-                }
-            });
-        }
 
         let resource = ApiResource::erase::<NodeWright>(&());
         let nw_writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
@@ -181,11 +178,13 @@ impl ClusterCache {
         );
         tokio::spawn(drain("nodewrights", nw_stream));
         ClusterCache {
+            policies_listed: listed::flag(policies.clone()),
+            nodewrights_listed: listed::flag(nodewrights.clone()),
+            nodes_listed: listed::flag(nodes.clone()),
             policies,
             policy_api,
             nodewrights,
             nodes,
-            nodes_listed,
             env_names,
         }
     }
@@ -194,8 +193,8 @@ impl ClusterCache {
     /// first list and the apiserver's version has been read (which environment variable names are
     /// admitted depends on it).
     pub async fn synced(&self) -> bool {
-        let synced = self.policies.wait_until_ready().await.is_ok()
-            && self.nodewrights.wait_until_ready().await.is_ok();
+        let synced = listed::wait(&self.policies_listed).await
+            && listed::wait(&self.nodewrights_listed).await;
         while self.env_names.load(std::sync::atomic::Ordering::SeqCst) == ENV_NAMES_UNKNOWN {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
@@ -204,7 +203,7 @@ impl ClusterCache {
 
     /// Resolves once the node store has listed too (tests and tools that want the warnings).
     pub async fn nodes_synced(&self) -> bool {
-        self.nodes.wait_until_ready().await.is_ok()
+        listed::wait(&self.nodes_listed).await
     }
 
     /// Nodes in the cache.
@@ -295,7 +294,7 @@ impl ClusterView for ClusterCache {
     }
 
     fn selected_nodes(&self, selection: &NodeSelection) -> Option<Vec<Node>> {
-        if !self.nodes_listed.load(std::sync::atomic::Ordering::SeqCst) {
+        if !listed::is_listed(&self.nodes_listed) {
             return None;
         }
         let empty = std::collections::BTreeMap::new();

@@ -11,6 +11,7 @@ pub mod admission;
 pub mod cache;
 pub mod config;
 pub mod connections;
+mod listed;
 pub mod metrics;
 pub mod process;
 pub mod routes;
