@@ -69,6 +69,12 @@ pub struct Context {
     /// reconcile until the store has listed). Read for the ordering between NodeWrights and the
     /// runtime-required taint, instead of a LIST on every pass.
     pub nodewrights: Store<NodeWright>,
+    /// True once the NodeWright store has listed, set by its feed
+    /// ([`crate::runtime::nodewrights::nodewright_feed`]). For every reader but the rollout
+    /// controller: kube's `Store::wait_until_ready` wakes only the last of several concurrent
+    /// waiters, and the controller already waits on that store, so a second waiter could sleep for
+    /// the whole term.
+    pub nodewrights_synced: tokio::sync::watch::Receiver<bool>,
     /// The operator's own Jobs, fed by the rollout controller's Job watch (so an event that triggers
     /// a rollout pass is already in the store that pass reads) and trimmed of managed fields. It
     /// replaces a LIST of a NodeWright's Jobs on every pass; see [`Context::jobs_synced`].
@@ -185,6 +191,7 @@ impl Context {
             nodes: kube::runtime::reflector::store().0,
             pods: kube::runtime::reflector::store().0,
             nodewrights: kube::runtime::reflector::store().0,
+            nodewrights_synced: synced(),
             jobs: kube::runtime::reflector::store().0,
             failed_creates: kube::runtime::reflector::store().0,
             jobs_synced: synced(),

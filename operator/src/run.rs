@@ -206,6 +206,7 @@ fn term_context(
     let (failed_create_store, failed_create_writer) =
         reflector::store::<k8s_openapi::api::core::v1::Event>();
     let (jobs_synced_tx, jobs_synced) = watch::channel(false);
+    let (nodewrights_synced_tx, nodewrights_synced) = watch::channel(false);
     let (policy_store, policy_writer) = reflector::store::<DeploymentPolicy>();
     let policies_synced = synced_flag(policy_store.clone(), || {});
     let ctx = Arc::new(Context {
@@ -214,6 +215,7 @@ fn term_context(
         nodes: node_store.clone(),
         pods: pod_store,
         nodewrights: nodewright_store,
+        nodewrights_synced,
         jobs: job_store,
         failed_creates: failed_create_store,
         jobs_synced,
@@ -229,6 +231,7 @@ fn term_context(
     });
     let writers = Writers {
         nodewrights: nodewright_writer,
+        nodewrights_synced: nodewrights_synced_tx,
         pods: pod_writer,
         jobs: job_writer,
         failed_creates: failed_create_writer,
@@ -277,6 +280,7 @@ fn node_events(
 /// The writers of the stores in [`Context`] that one term's watches feed.
 struct Writers {
     nodewrights: reflector::store::Writer<NodeWright>,
+    nodewrights_synced: watch::Sender<bool>,
     pods: reflector::store::Writer<StoredPod>,
     jobs: reflector::store::Writer<StoredJob>,
     failed_creates: reflector::store::Writer<k8s_openapi::api::core::v1::Event>,
@@ -313,8 +317,11 @@ async fn run_term(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>, wr
     );
     // Stored without the per-node records of their status (never read back), and a pass is woken
     // by what it reads, not by its own status write (runtime::nodewrights).
-    let nodewright_events =
-        crate::runtime::nodewrights::nodewright_feed(ctx.clone(), writers.nodewrights);
+    let nodewright_events = crate::runtime::nodewrights::nodewright_feed(
+        ctx.clone(),
+        writers.nodewrights,
+        writers.nodewrights_synced,
+    );
     // Policies wake the NodeWrights that name them (runtime::policies).
     let policy_events = crate::runtime::policies::policy_feed(client.clone(), writers.policies);
     let nodewright_store = ctx.nodewrights.clone();

@@ -49,9 +49,11 @@ type FirstSeen = std::collections::HashMap<(String, String), tokio::time::Instan
 pub async fn run(ctx: Arc<Context>, node_changes: broadcast::Receiver<Node>) {
     async move {
         // Before the store has listed, every claim would look like a leftover (and cost a GET).
+        // Not the store's own signal: the rollout controller waits on it (Context::nodewrights_synced).
+        let mut synced = ctx.nodewrights_synced.clone();
         tokio::select! {
             () = ctx.term.cancelled() => return,
-            ready = ctx.nodewrights.wait_until_ready() => if ready.is_err() { return },
+            ready = synced.wait_for(|synced| *synced) => if ready.is_err() { return },
         }
         let mut node_changes = std::pin::pin!(changes(node_changes));
         let mut tick = tokio::time::interval(SWEEP_INTERVAL);

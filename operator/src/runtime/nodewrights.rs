@@ -28,11 +28,13 @@ use crate::context::Context;
 
 /// The NodeWright watch of a term (scoped by `options.nodewright_selector` when set): fills the
 /// rollout's store with trimmed NodeWrights ([`nodewright_core::stored::trim_nodewright`]), drops
-/// the term's state of deleted ones ([`forget_deleted`]), and yields the NodeWrights whose change
-/// should wake a pass ([`trigger_relevant`]).
+/// the term's state of deleted ones ([`forget_deleted`]), sets `synced` once the store has listed
+/// ([`Context::nodewrights_synced`]), and yields the NodeWrights whose change should wake a pass
+/// ([`trigger_relevant`]).
 pub fn nodewright_feed(
     ctx: Arc<Context>,
     writer: Writer<NodeWright>,
+    synced: tokio::sync::watch::Sender<bool>,
 ) -> impl Stream<Item = Result<NodeWright, watcher::Error>> + Send {
     let mut config = watcher::Config::default();
     if let Some(selector) = &ctx.options.nodewright_selector {
@@ -44,7 +46,13 @@ pub fn nodewright_feed(
             .default_backoff()
             .modify(nodewright_core::stored::trim_nodewright),
     )
-    .inspect_ok(move |event| forget_deleted(&ctx, event))
+    .inspect_ok(move |event| {
+        forget_deleted(&ctx, event);
+        // The reflector has applied the event: on InitDone the store holds the list.
+        if matches!(event, watcher::Event::InitDone) {
+            synced.send_replace(true);
+        }
+    })
     .applied_objects()
     .predicate_filter(trigger_relevant, PredicateConfig::default())
 }
