@@ -14,15 +14,16 @@
 //! A Complete Job's outcome is recorded by the rollout pass (with the next stage, the common path, or
 //! on its own when no node write of the pass carries it) or, for a Job no reconciled NodeWright
 //! owns, by the outcome controller; each calls [`StageMetrics::finished`] once the Job is marked
-//! recorded, and a recorded Job is never recorded again, so each finished
-//! stage is observed once. All series of a NodeWright are removed with its gauges when it is
+//! recorded, and a recorded Job is never recorded again (recorded as the Job store shows it or as
+//! the term marked it before the store caught up: [`crate::writes::Writer::recorded`]), so each
+//! finished stage is observed once per term. All series of a NodeWright are removed with its gauges when it is
 //! deleted ([`crate::metrics::nodewright_gauges::StateMetrics::forget`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -227,26 +228,16 @@ impl StageMetrics {
     }
 
     /// A Complete Job the rollout pass recorded with the node's next stage ([`crate::rollout`]'s
-    /// absorb path) was just marked: observed from the Job and pod stores (`job` in `namespace`).
-    pub fn absorbed(
-        &self,
-        jobs: &Store<StoredJob>,
-        pods: &Store<StoredPod>,
-        namespace: &str,
-        job: &str,
-    ) {
-        let key = ObjectRef::<StoredJob>::new(job).within(namespace);
-        let Some(stored) = jobs.get(&key) else {
-            return;
-        };
-        let uid = stored.metadata.uid.as_deref();
+    /// absorb path) was just marked: observed with its pods from the pod store.
+    pub fn absorbed(&self, job: &StoredJob, pods: &Store<StoredPod>) {
+        let uid = job.metadata.uid.as_deref();
         let pods: Vec<StoredPod> = pods
             .state()
             .iter()
             .filter(|p| uid.is_some() && p.job_uid.as_deref() == uid)
             .map(|p| StoredPod::clone(p))
             .collect();
-        self.finished(&stored, &pods, StageResult::Complete);
+        self.finished(job, &pods, StageResult::Complete);
     }
 
     /// Removes every series of a NodeWright (it is being deleted).

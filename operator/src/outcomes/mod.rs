@@ -30,7 +30,7 @@ use nodewright_core::jobs::classify::{
     JobOutcome, RecordedEvidence, attempt_limit, attempts, classify_job, counted_pods,
     evidence_to_prune, is_interrupt_job, timeout_cause,
 };
-use nodewright_core::jobs::read::{Recorded, node_of, package_of, recorded};
+use nodewright_core::jobs::read::{Recorded, node_of, package_of};
 use nodewright_core::jobs::stored::{CONTROLLER_UID_LABEL, StoredJob, StoredPod};
 use nodewright_core::node::edit::NodeEdit;
 use nodewright_core::node::record::{Record, apply_record};
@@ -133,7 +133,8 @@ async fn record_outcome(job: &StoredJob, ctx: &Context) -> Result<Action, Reconc
     if job.image_pull_failing.is_some() && nodewright_core::jobs::read::is_finished(job) {
         image_pull::clear(ctx, job).await?;
     }
-    if recorded(job).is_some() {
+    // Recorded, as stored or by this term already (the store may not show the mark yet).
+    if ctx.writer.recorded(job).is_some() {
         return Ok(Action::await_change());
     }
     let (Some(annotation), Some(node)) = (package_of(job), node_of(job)) else {
@@ -306,6 +307,7 @@ pub(crate) async fn record_completion(
     ctx.writer
         .mark_job_recorded(
             &job.name_any(),
+            job.metadata.uid.as_deref(),
             Recorded::Complete,
             ctx.config.jobs.defaults.ttl_succeeded_seconds(),
         )
@@ -342,6 +344,7 @@ async fn on_timed_out(ctx: &Context, seen: &Seen<'_>) -> Result<Action, Reconcil
     ctx.writer
         .mark_job_recorded(
             name,
+            job.metadata.uid.as_deref(),
             Recorded::TimedOut,
             ctx.config.jobs.defaults.ttl_failed_seconds(),
         )
@@ -359,6 +362,7 @@ async fn on_only_rejected(ctx: &Context, seen: &Seen<'_>) -> Result<Action, Reco
     ctx.writer
         .mark_job_recorded(
             &seen.name,
+            seen.job.metadata.uid.as_deref(),
             Recorded::Rejected,
             ctx.config.jobs.defaults.ttl_failed_seconds(),
         )

@@ -424,7 +424,8 @@ mod tests {
     use nodewright_shared::keys;
 
     use super::super::pass_fixtures::{
-        created, node, nodewright, pass_over, rebooting, snapshot, try_pass_over,
+        after, created, node, nodewright, pass_over, rebooting, snapshot, try_pass_in_term,
+        try_pass_over,
     };
 
     fn cordoned(state: &crate::writes::mock::ClusterState) -> Vec<String> {
@@ -527,7 +528,7 @@ mod tests {
         let started: Vec<String> = created(&first).into_iter().map(|(n, _, _)| n).collect();
         assert_eq!(started, ["node-0", "node-1"]);
         // Their Jobs complete; node-0 leaves the pool meanwhile.
-        let mut next = super::super::pass_fixtures::after(&fresh, &first, true);
+        let mut next = after(&fresh, &first, true);
         for n in &mut next.nodes {
             if n.metadata.name.as_deref() == Some("node-0") {
                 n.metadata
@@ -578,5 +579,56 @@ mod tests {
             })
             .collect();
         assert_eq!(marked(&second), jobs);
+    }
+
+    /// The Job store shows a mark only once the watch delivers it. A pass in between (woken by the
+    /// node write that carried the outcome, its records moved on) must not take the completion for
+    /// an unrecorded one and record, mark and count it again (the docs' metrics example once saw
+    /// five applies on four nodes). A new term remembers nothing and marks it once more.
+    #[tokio::test]
+    async fn a_completion_this_term_marked_is_not_recorded_again_while_the_store_lags() {
+        let fresh = snapshot(nodewright(), (0..2).map(node).collect(), vec![]);
+        let first = pass_over(&fresh).await;
+        let next = after(&fresh, &first, true);
+        let second = pass_over(&next).await;
+        let absorbed = marked(&second);
+        assert_eq!(absorbed.len(), 2, "both applies go with the next stage");
+        // The node writes and the new Jobs are in the stores; the marks are not.
+        let mut lagging = after(&next, &second, false);
+        lagging
+            .jobs
+            .retain(|j| !absorbed.contains(j.metadata.name.as_ref().expect("a named Job")));
+        lagging.jobs.extend(next.jobs.iter().cloned());
+
+        let mark_again = async |ctx: &crate::context::Context| {
+            for job in &next.jobs {
+                let name = job.metadata.name.as_deref().expect("a named Job");
+                ctx.writer
+                    .mark_job_recorded(
+                        name,
+                        job.metadata.uid.as_deref(),
+                        nodewright_core::jobs::read::Recorded::Complete,
+                        60,
+                    )
+                    .await
+                    .expect("the mock marks the Job");
+            }
+        };
+        let (result, in_term) = try_pass_in_term(&lagging, |_| {}, mark_again).await;
+        result.expect("the pass succeeds");
+        assert_eq!(
+            marked(&in_term),
+            absorbed,
+            "only the earlier pass's marks: this one records nothing again: {:#?}",
+            in_term.seen
+        );
+        assert!(
+            created(&in_term).is_empty(),
+            "the config stages run already"
+        );
+
+        let (result, restarted) = try_pass_over(&lagging, |_| {}).await;
+        result.expect("the pass succeeds");
+        assert_eq!(marked(&restarted), absorbed, "a new term marks each once");
     }
 }

@@ -221,7 +221,9 @@ async fn write_pre_steps(
         return again(Action::requeue(Duration::from_secs(1)));
     }
 
-    let jobs = own_jobs(&name, &ctx.jobs.state());
+    // With the marks this term wrote that the Job store does not show yet: a completion recorded
+    // by the last pass is not recorded (and counted) again.
+    let jobs = own_jobs(&name, &ctx.writer.with_own_marks(ctx.jobs.state()));
     job_lifecycle::set_suspended(ctx, &jobs, paused).await?;
     if !paused && job_lifecycle::replace_drifted(ctx, &nw, &jobs).await? > 0 {
         // The deletions are events; plan again on the Jobs that remain.

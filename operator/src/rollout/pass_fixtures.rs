@@ -144,6 +144,17 @@ pub(super) async fn try_pass_over(
     snapshot: &Snapshot,
     tweak: impl FnOnce(&mut mock::ClusterState),
 ) -> (Result<Action, ReconcileError>, mock::ClusterState) {
+    try_pass_in_term(snapshot, tweak, async |_| {}).await
+}
+
+/// One pass over `snapshot` (against a mock cluster `tweak` may change first) in a term `prepare`
+/// has written in before (as an earlier pass would have): the pass's result and what the mock saw,
+/// `prepare`'s requests included.
+pub(super) async fn try_pass_in_term(
+    snapshot: &Snapshot,
+    tweak: impl FnOnce(&mut mock::ClusterState),
+    prepare: impl AsyncFnOnce(&Context),
+) -> (Result<Action, ReconcileError>, mock::ClusterState) {
     let (client, server, cluster) = mock::cluster(&snapshot.nodes);
     {
         let mut state = cluster.lock().expect("mock cluster state");
@@ -155,6 +166,7 @@ pub(super) async fn try_pass_over(
         tweak(&mut state);
     }
     let ctx = Context::over_snapshot(client, snapshot);
+    prepare(&ctx).await;
     let nw = Arc::new(snapshot.nodewright.clone());
     let result = super::one_pass(&nw, &ctx).await;
     drop(ctx);

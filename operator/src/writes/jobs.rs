@@ -1,16 +1,18 @@
 //! Job writes in the operator's namespace: create, delete (with its pods, foreground), and merge patches
 //! (suspend on pause, the `state-recorded` mark and TTL, the `last-logs` evidence).
 
+use std::sync::Arc;
+
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-
 use tracing::info;
 
-use nodewright_core::jobs::read::Recorded;
+use nodewright_core::jobs::read::{Recorded, recorded};
+use nodewright_core::jobs::stored::StoredJob;
 use nodewright_shared::keys;
 use serde_json::json;
 
-use super::{WriteError, WriteFailed, Writer, failed};
+use super::{WriteError, WriteFailed, Writer, failed, memo};
 
 impl Writer {
     fn jobs(&self) -> Result<Api<Job>, WriteError> {
@@ -56,11 +58,15 @@ impl Writer {
             .await?)
     }
 
-    /// Marks the Job `name`'s outcome as recorded in node state and starts its TTL: from then on
-    /// the Job may be deleted (DESIGN §4.4: never before its outcome is recorded).
+    /// Marks the Job `name` (uid `uid`, when known)'s outcome as recorded in node state and starts
+    /// its TTL: from then on the Job may be deleted (DESIGN §4.4: never before its outcome is
+    /// recorded). The mark is remembered for the term ([`Writer::recorded`]): the Job store shows it
+    /// only once the watch delivers it, and a pass or reconcile in between must not record, mark,
+    /// announce and count the outcome a second time.
     pub async fn mark_job_recorded(
         &self,
         name: &str,
+        uid: Option<&str>,
         outcome: Recorded,
         ttl_seconds: i32,
     ) -> Result<(), WriteFailed> {
@@ -71,13 +77,62 @@ impl Writer {
         self.patch_job(name, patch)
             .await
             .map_err(failed(format!("marking Job {name} as recorded")))?;
+        if let Some(uid) = uid {
+            self.memo()
+                .remember(recorded_key(uid), memo::stamp(outcome.as_str()));
+        }
         Ok(())
     }
+
+    /// The Job's recorded outcome: its `state-recorded` annotation as stored, or else the mark this
+    /// term put on it (by uid) that the store does not show yet.
+    pub fn recorded(&self, job: &StoredJob) -> Option<Recorded> {
+        recorded(job).or_else(|| {
+            let key = recorded_key(job.metadata.uid.as_deref()?);
+            [Recorded::Complete, Recorded::TimedOut, Recorded::Rejected]
+                .into_iter()
+                .find(|r| self.memo().is_current(&key, memo::stamp(r.as_str())))
+        })
+    }
+
+    /// `jobs` (from the Job store) with the marks this term put on them that the store does not
+    /// show yet, so that a pass plans on what it wrote ([`Writer::recorded`]).
+    pub fn with_own_marks(&self, jobs: Vec<Arc<StoredJob>>) -> Vec<Arc<StoredJob>> {
+        jobs.into_iter()
+            .map(|job| {
+                if job.recorded.is_some() {
+                    return job;
+                }
+                match self.recorded(&job) {
+                    Some(outcome) => {
+                        let mut marked = StoredJob::clone(&job);
+                        marked.recorded = Some(outcome.as_str().to_owned());
+                        Arc::new(marked)
+                    }
+                    None => job,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The memo key of the `state-recorded` mark of the Job with this uid.
+fn recorded_key(uid: &str) -> String {
+    format!("job/{uid}/state-recorded")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A writer of a term that leads, over the mock API `client`.
+    fn writer_over(client: kube::Client) -> Writer {
+        Writer::new(
+            client,
+            "nodewright",
+            tokio_util::sync::CancellationToken::new(),
+        )
+    }
 
     /// D6: a Job is deleted with foreground propagation, so it stays in the Job store (an
     /// unfinished package Job keeps its node busy) until its pods are gone.
@@ -96,11 +151,7 @@ mod tests {
                 (404, super::super::mock::not_found())
             }
         });
-        let writer = Writer::new(
-            client,
-            "nodewright",
-            tokio_util::sync::CancellationToken::new(),
-        );
+        let writer = writer_over(client);
         writer.remove_job("j").await.expect("deleted");
         drop(writer);
         server.abort();
@@ -111,5 +162,47 @@ mod tests {
             "{}",
             bodies[0]
         );
+    }
+
+    /// A mark this term made counts as recorded until the store shows it, for that Job only: a
+    /// later Job of the same name (another uid) is not recorded, and a failed mark is remembered
+    /// by no one.
+    #[tokio::test]
+    async fn a_job_this_term_marked_reads_as_recorded_by_uid() {
+        let (client, server) = super::super::mock::serve(|method, path, _| {
+            if method == http::Method::PATCH && path.ends_with("/jobs/j") {
+                let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+                                 "metadata": {"name": "j", "namespace": "nodewright"}});
+                (200, job)
+            } else {
+                (404, super::super::mock::not_found())
+            }
+        });
+        let writer = writer_over(client);
+        let job = |name: &str, uid: &str| {
+            let mut job = Job::default();
+            job.metadata.name = Some(name.into());
+            job.metadata.uid = Some(uid.into());
+            StoredJob::of(&job)
+        };
+        assert_eq!(writer.recorded(&job("j", "u1")), None);
+        writer
+            .mark_job_recorded("j", Some("u1"), Recorded::TimedOut, 60)
+            .await
+            .expect("marked");
+        assert_eq!(writer.recorded(&job("j", "u1")), Some(Recorded::TimedOut));
+        assert_eq!(writer.recorded(&job("j", "u2")), None, "a successor Job");
+        let marked =
+            writer.with_own_marks(vec![Arc::new(job("j", "u1")), Arc::new(job("j", "u2"))]);
+        let marks: Vec<Option<&str>> = marked.iter().map(|j| j.recorded.as_deref()).collect();
+        assert_eq!(marks, [Some("timed-out"), None]);
+
+        writer
+            .mark_job_recorded("gone", Some("u3"), Recorded::Complete, 60)
+            .await
+            .expect_err("the Job is gone");
+        assert_eq!(writer.recorded(&job("gone", "u3")), None);
+        drop(writer);
+        server.abort();
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use nodewright_shared::api::{HealthGates, NodeWright, Status};
 use nodewright_shared::keys;
 use nodewright_shared::node_state::NodeState;
@@ -26,6 +27,7 @@ use announce::{
     announce_cleared, announce_drain_timeout, announce_gates, cleared_timeouts, timed_out_jobs,
 };
 use nodewright_core::jobs::read::{JobIndex, Recorded};
+use nodewright_core::jobs::stored::StoredJob;
 use nodewright_core::node::cordon;
 use nodewright_core::node::drain::{self, DrainOptions};
 use nodewright_core::node::edit::NodeEdit;
@@ -451,16 +453,20 @@ fn compose_write(
 /// Marks the completed Jobs whose outcomes a node write just recorded ([`absorb`]).
 pub async fn mark_absorbed(ctx: &Context, absorbed: &[String]) -> Result<(), ReconcileError> {
     for job in absorbed {
+        let key = ObjectRef::<StoredJob>::new(job).within(&ctx.config.jobs.namespace);
+        let stored = ctx.jobs.get(&key);
+        let uid = stored.as_ref().and_then(|j| j.metadata.uid.as_deref());
         ctx.writer
             .mark_job_recorded(
                 job,
+                uid,
                 Recorded::Complete,
                 ctx.config.jobs.defaults.ttl_succeeded_seconds(),
             )
             .await?;
-        ctx.metrics
-            .stages()
-            .absorbed(&ctx.jobs, &ctx.pods, &ctx.config.jobs.namespace, job);
+        if let Some(stored) = &stored {
+            ctx.metrics.stages().absorbed(stored, &ctx.pods);
+        }
         debug!(%job, "outcome recorded with the node's next stage");
     }
     Ok(())
