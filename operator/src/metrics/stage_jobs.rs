@@ -16,8 +16,8 @@
 //! owns, by the outcome controller; each calls [`StageMetrics::finished`] once the Job is marked
 //! recorded, and a recorded Job is never recorded again (recorded as the Job store shows it or as
 //! the term marked it before the store caught up: [`crate::writes::Writer::recorded`]), so each
-//! finished stage is observed once per term. All series of a NodeWright are removed with its gauges when it is
-//! deleted ([`crate::metrics::nodewright_gauges::StateMetrics::forget`]).
+//! finished stage is observed once per term. All series of a NodeWright are removed with its
+//! gauges when it is deleted ([`crate::metrics::nodewright_gauges::StateMetrics::forget`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

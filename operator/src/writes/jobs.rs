@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use tracing::info;
 
-use nodewright_core::jobs::read::{Recorded, recorded};
+use nodewright_core::jobs::read::{Recorded, is_finished, recorded};
 use nodewright_core::jobs::stored::StoredJob;
 use nodewright_shared::keys;
 use serde_json::json;
@@ -85,9 +85,14 @@ impl Writer {
     }
 
     /// The Job's recorded outcome: its `state-recorded` annotation as stored, or else the mark this
-    /// term put on it (by uid) that the store does not show yet.
+    /// term put on it (by uid) that the store does not show yet. Only a finished Job is ever marked
+    /// (its outcome is its `Complete` or `Failed` condition), so a running one, the many a pass
+    /// reads, costs no lookup.
     pub fn recorded(&self, job: &StoredJob) -> Option<Recorded> {
         recorded(job).or_else(|| {
+            if !is_finished(job) {
+                return None;
+            }
             let key = recorded_key(job.metadata.uid.as_deref()?);
             [Recorded::Complete, Recorded::TimedOut, Recorded::Rejected]
                 .into_iter()
@@ -179,10 +184,13 @@ mod tests {
             }
         });
         let writer = writer_over(client);
+        // A finished Job (only those are marked).
         let job = |name: &str, uid: &str| {
-            let mut job = Job::default();
-            job.metadata.name = Some(name.into());
-            job.metadata.uid = Some(uid.into());
+            let job: Job = serde_json::from_value(json!({
+                "metadata": {"name": name, "uid": uid},
+                "status": {"conditions": [{"type": "Failed", "status": "True"}]}
+            }))
+            .expect("a Job of a fixed shape");
             StoredJob::of(&job)
         };
         assert_eq!(writer.recorded(&job("j", "u1")), None);
